@@ -1,0 +1,46 @@
+// Runtime kernels every backend user needs: fills (test poisoning), iota (row ids) and
+// reproducible pseudo-random data (a hash of the index, so the CPU twin in src/cpu.rs
+// produces the same values without sharing state).
+#include <stdint.h>
+#include "joinkit/device.cuh"
+#include "joinkit/hash.cuh"
+
+namespace {
+
+template <typename T>
+__device__ void fill(T* out, uint64_t n, T value) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride()) out[i] = value;
+}
+
+template <typename T>
+__device__ void iota(T* out, uint64_t n, T start) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
+    out[i] = start + static_cast<T>(i);
+}
+
+__device__ __forceinline__ uint32_t random_at(uint64_t i, uint64_t seed, uint32_t) {
+  return static_cast<uint32_t>(joinkit::hash64(i, seed));
+}
+__device__ __forceinline__ uint64_t random_at(uint64_t i, uint64_t seed, uint64_t) {
+  return joinkit::hash64(i, seed);
+}
+
+// out[i] = hash64(i, seed) masked to `mask` (truncated to 32 bits for u32).
+template <typename T>
+__device__ void random_bits(T* out, uint64_t n, uint64_t seed, T mask) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
+    out[i] = random_at(i, seed, T{}) & mask;
+}
+
+}  // namespace
+
+extern "C" __global__ void fill_u32(uint32_t* out, uint64_t n, uint32_t v) { fill(out, n, v); }
+extern "C" __global__ void fill_u64(uint64_t* out, uint64_t n, uint64_t v) { fill(out, n, v); }
+extern "C" __global__ void iota_u32(uint32_t* out, uint64_t n, uint32_t s) { iota(out, n, s); }
+extern "C" __global__ void iota_u64(uint64_t* out, uint64_t n, uint64_t s) { iota(out, n, s); }
+extern "C" __global__ void random_bits_u32(uint32_t* out, uint64_t n, uint64_t seed, uint32_t m) {
+  random_bits(out, n, seed, m);
+}
+extern "C" __global__ void random_bits_u64(uint64_t* out, uint64_t n, uint64_t seed, uint64_t m) {
+  random_bits(out, n, seed, m);
+}

@@ -1,0 +1,119 @@
+//! The contract every operation is written against: a [`Backend`] owns buffers and moves data
+//! between them and the host. Operations (sort, gather, partition, join) are traits in their own
+//! crates with one implementation per backend and the same outputs, ordering and errors.
+
+use crate::{Element, Result};
+
+/// A column of elements owned by a backend (a `Vec` on the CPU, device memory on CUDA).
+pub trait Buffer<T: Element>: Send + Sync {
+    /// Number of elements.
+    fn len(&self) -> usize;
+    /// Whether the buffer holds no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: Element> Buffer<T> for Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// Which kind of device a backend runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// Host CPU, rayon's thread pool.
+    Cpu,
+    /// A CUDA device, by ordinal.
+    Cuda(usize),
+}
+
+/// Device memory accounting: bytes held now and the most held at once since the last reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes allocated through the backend and not yet freed.
+    pub current_bytes: usize,
+    /// High-water mark of `current_bytes` since creation or [`Backend::reset_peak_memory`].
+    pub peak_bytes: usize,
+}
+
+/// A place where columns live and operations run.
+///
+/// Implemented by [`crate::CpuBackend`] and, with the `cuda` feature, `CudaBackend`. Cheap to
+/// clone (handles share the device, stream and accounting).
+pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// A column of `T` on this backend.
+    type Buf<T: Element>: Buffer<T>;
+
+    /// The device this backend runs on.
+    fn kind(&self) -> DeviceKind;
+
+    /// A human-readable description (device name, memory, SM count or thread count).
+    fn describe(&self) -> String;
+
+    /// Allocates `len` elements whose contents are unspecified (callers write them all).
+    ///
+    /// # Errors
+    /// [`crate::Error::SizeOverflow`] when the size in bytes overflows,
+    /// [`crate::Error::OutOfDeviceMemory`] when the device cannot hold it.
+    fn alloc<T: Element>(&self, len: usize) -> Result<Self::Buf<T>>;
+
+    /// Copies a host slice into a new buffer.
+    ///
+    /// # Errors
+    /// As [`Backend::alloc`], plus driver errors during the copy.
+    fn upload<T: Element>(&self, host: &[T]) -> Result<Self::Buf<T>>;
+
+    /// Copies a buffer back to the host (waits for pending work on it).
+    ///
+    /// # Errors
+    /// Driver errors during the copy.
+    fn download<T: Element>(&self, buf: &Self::Buf<T>) -> Result<Vec<T>>;
+
+    /// Sets every element of `buf` to `value` (used to poison outputs in tests, and to clear).
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn fill<T: Element>(&self, buf: &mut Self::Buf<T>, value: T) -> Result<()>;
+
+    /// Writes `start, start + 1, ...` (wrapping at the element width) into `buf`: row ids.
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn iota<T: Element>(&self, buf: &mut Self::Buf<T>, start: u64) -> Result<()>;
+
+    /// Writes reproducible pseudo-random data: element `i` gets the bits of
+    /// `hash64(i, seed) & mask` (see [`crate::hash::hash64`]). Every backend writes the same
+    /// values, so tests and benchmarks can generate inputs where they run.
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn fill_random<T: Element>(&self, buf: &mut Self::Buf<T>, seed: u64, mask: u64) -> Result<()>;
+
+    /// Copies `src` into `dst` (same length), device to device.
+    ///
+    /// # Errors
+    /// [`crate::Error::LengthMismatch`] when the lengths differ; driver errors.
+    fn copy<T: Element>(&self, src: &Self::Buf<T>, dst: &mut Self::Buf<T>) -> Result<()>;
+
+    /// Waits until all work queued on this backend has finished.
+    ///
+    /// # Errors
+    /// Driver errors, including ones from earlier asynchronous launches.
+    fn synchronize(&self) -> Result<()>;
+
+    /// Runs `work` and returns its result with the elapsed time in milliseconds, measured the
+    /// backend's way: CUDA events around the queued work on CUDA, the wall clock on the CPU.
+    ///
+    /// # Errors
+    /// Whatever `work` returns, and driver errors from the timing itself.
+    fn timed<R>(&self, work: impl FnOnce() -> Result<R>) -> Result<(R, f64)>;
+
+    /// Device memory held through this backend now and at most; `None` where it is not counted
+    /// (the CPU backend: host `Vec`s are the allocator's business).
+    fn memory(&self) -> Option<MemoryStats>;
+
+    /// Restarts the peak-memory count from the current holding.
+    fn reset_peak_memory(&self);
+}

@@ -1,0 +1,99 @@
+//! The CPU backend: columns are `Vec`s, work runs on rayon's thread pool. It is the default where
+//! no GPU is present and the oracle the CUDA backend is tested against.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
+
+/// Below this many elements, host loops stay on one thread: splitting costs more than it saves.
+pub const PARALLEL_THRESHOLD: usize = 1 << 15;
+
+/// The CPU (rayon) backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    /// A CPU backend on rayon's global pool.
+    pub fn new() -> Self {
+        CpuBackend
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buf<T: Element> = Vec<T>;
+
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+
+    fn describe(&self) -> String {
+        format!("CPU ({} rayon threads)", rayon::current_num_threads())
+    }
+
+    fn alloc<T: Element>(&self, len: usize) -> Result<Vec<T>> {
+        Error::bytes_of::<T>(len)?;
+        let mut v = Vec::new();
+        v.try_reserve_exact(len)
+            .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+        v.resize(len, T::default());
+        Ok(v)
+    }
+
+    fn upload<T: Element>(&self, host: &[T]) -> Result<Vec<T>> {
+        Ok(host.to_vec())
+    }
+
+    fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
+        Ok(buf.clone())
+    }
+
+    fn fill<T: Element>(&self, buf: &mut Vec<T>, value: T) -> Result<()> {
+        if buf.len() < PARALLEL_THRESHOLD {
+            buf.fill(value);
+        } else {
+            buf.par_chunks_mut(PARALLEL_THRESHOLD)
+                .for_each(|c| c.fill(value));
+        }
+        Ok(())
+    }
+
+    fn iota<T: Element>(&self, buf: &mut Vec<T>, start: u64) -> Result<()> {
+        buf.par_iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = T::from_bits(start.wrapping_add(i as u64)));
+        Ok(())
+    }
+
+    fn fill_random<T: Element>(&self, buf: &mut Vec<T>, seed: u64, mask: u64) -> Result<()> {
+        buf.par_iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = T::from_bits(crate::hash::hash64(i as u64, seed) & mask));
+        Ok(())
+    }
+
+    fn copy<T: Element>(&self, src: &Vec<T>, dst: &mut Vec<T>) -> Result<()> {
+        Error::check_len("copy source vs destination", src.len(), dst.len())?;
+        dst.par_chunks_mut(PARALLEL_THRESHOLD)
+            .zip(src.par_chunks(PARALLEL_THRESHOLD))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn timed<R>(&self, work: impl FnOnce() -> Result<R>) -> Result<(R, f64)> {
+        let start = Instant::now();
+        let r = work()?;
+        Ok((r, start.elapsed().as_secs_f64() * 1e3))
+    }
+
+    fn memory(&self) -> Option<MemoryStats> {
+        None
+    }
+
+    fn reset_peak_memory(&self) {}
+}

@@ -1,0 +1,74 @@
+//! Typed device buffers that count themselves in their backend's memory accounting.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr};
+
+use super::MemoryTracker;
+use crate::{Buffer, Element};
+
+/// A column in device memory, owned by a [`super::CudaBackend`].
+///
+/// Gives out cudarc views ([`DeviceBuffer::view`], [`DeviceBuffer::view_mut`]) so joinkit's
+/// view-level functions and a caller's own kernels can work on it directly.
+#[derive(Debug)]
+pub struct DeviceBuffer<T> {
+    slice: CudaSlice<T>,
+    len: usize,
+    tracker: Arc<MemoryTracker>,
+    bytes: usize,
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// Wraps an allocation of at least `len` elements (one more may be held so that an empty
+    /// buffer still owns a valid pointer) and counts it.
+    pub(super) fn new(slice: CudaSlice<T>, len: usize, tracker: Arc<MemoryTracker>) -> Self {
+        let bytes = slice.len() * std::mem::size_of::<T>();
+        tracker.add(bytes);
+        Self {
+            slice,
+            len,
+            tracker,
+            bytes,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A read-only view of the `len` elements.
+    pub fn view(&self) -> CudaView<'_, T> {
+        self.slice.slice(0..self.len)
+    }
+
+    /// A writable view of the `len` elements.
+    pub fn view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.slice.slice_mut(0..self.len)
+    }
+
+    /// The raw device address of element 0, for kernels and FFI calls. Valid while `self` is.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        let (ptr, _no_sync) = self.slice.device_ptr(self.slice.stream());
+        ptr
+    }
+}
+
+impl<T: Element> Buffer<T> for DeviceBuffer<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        self.tracker.sub(self.bytes);
+    }
+}

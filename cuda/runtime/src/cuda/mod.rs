@@ -1,0 +1,467 @@
+//! The CUDA backend over cudarc: one device, one stream, typed buffers with memory accounting,
+//! fatbin modules loaded once per device, launch shapes from the device's properties.
+
+mod buffer;
+mod module;
+mod scratch;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use cudarc;
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+
+pub use buffer::DeviceBuffer;
+pub use module::KernelModule;
+pub use scratch::Scratch;
+
+use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
+
+/// This crate's own kernels (fills, iota, reproducible random data).
+static RUNTIME_KERNELS: KernelModule = crate::kernel_module!();
+
+/// Whether the CUDA driver library can be loaded at all. Checked before any driver call:
+/// without libcuda, cudarc would panic instead of returning an error.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda under its usual names; no driver call is made.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Number of CUDA devices, or why there are none.
+///
+/// # Errors
+/// [`Error::NoDevice`] without a driver or when the driver fails to initialise.
+pub fn device_count() -> Result<usize> {
+    if !driver_present() {
+        return Err(Error::NoDevice(
+            "the CUDA driver (libcuda) is not installed".into(),
+        ));
+    }
+    let n = CudaContext::device_count().map_err(|e| Error::NoDevice(format!("{e:?}")))?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// What the launch heuristics and reports need to know about the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// Marketing name (`NVIDIA H200`).
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Resident threads per SM.
+    pub max_threads_per_sm: u32,
+    /// Shared memory a block may opt into, in bytes.
+    pub max_shared_per_block_optin: u32,
+    /// Shared memory per SM, in bytes.
+    pub shared_per_sm: u32,
+    /// L2 cache, in bytes.
+    pub l2_bytes: usize,
+    /// Device memory, in bytes.
+    pub total_memory: usize,
+}
+
+/// Memory accounting shared by a backend and all its buffers.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryTracker {
+    current: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl MemoryTracker {
+    pub(crate) fn add(&self, bytes: usize) {
+        let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+    pub(crate) fn sub(&self, bytes: usize) {
+        self.current.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    memory: Arc<MemoryTracker>,
+    functions: Mutex<HashMap<(usize, &'static str), CudaFunction>>,
+}
+
+/// The CUDA backend: a device, a stream all its work is queued on, and memory accounting.
+///
+/// Operations queue work on [`CudaBackend::stream`] and return without synchronizing; reading
+/// results back ([`Backend::download`]) or [`Backend::synchronize`] waits. Clones share the
+/// stream.
+#[derive(Debug, Clone)]
+pub struct CudaBackend {
+    inner: Arc<Inner>,
+}
+
+/// Maps a driver error to [`Error`], turning out-of-memory into [`Error::OutOfDeviceMemory`].
+pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
+    Error::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` with a new stream.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] without a driver or device, driver errors otherwise.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::NoDevice(format!(
+                "cuda:{ordinal} asked for, {count} device(s) present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("opening the device", e))?;
+        // SAFETY: all work of a backend is ordered on its one stream, so cudarc's per-buffer
+        // events (which order work across streams) are not needed; callers mixing streams
+        // order them themselves, as the reuse API documents.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| driver_error("creating a stream", e))?;
+        Self::with_stream(stream)
+    }
+
+    /// A backend on a stream the caller already owns (for reuse inside another GPU project):
+    /// all work is queued on `stream`.
+    ///
+    /// # Errors
+    /// Driver errors reading the device's properties.
+    pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context().clone();
+        let info = Self::read_info(&ctx)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                ctx,
+                stream,
+                info,
+                memory: Arc::default(),
+                functions: Mutex::default(),
+            }),
+        })
+    }
+
+    fn read_info(ctx: &Arc<CudaContext>) -> Result<DeviceInfo> {
+        let attr = |a: Attr| -> Result<u32> {
+            let v = ctx
+                .attribute(a)
+                .map_err(|e| driver_error("reading device attributes", e))?;
+            Ok(u32::try_from(v).unwrap_or(0))
+        };
+        Ok(DeviceInfo {
+            ordinal: ctx.ordinal(),
+            name: ctx
+                .name()
+                .map_err(|e| driver_error("reading the device name", e))?,
+            compute_capability: ctx
+                .compute_capability()
+                .map_err(|e| driver_error("reading the compute capability", e))?,
+            sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_threads_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?,
+            max_shared_per_block_optin: attr(
+                Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?,
+            shared_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
+            l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            total_memory: ctx
+                .total_mem()
+                .map_err(|e| driver_error("reading memory size", e))?,
+        })
+    }
+
+    /// The device's properties.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// The stream all of this backend's work is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.inner.stream
+    }
+
+    /// The cudarc context (the device's primary context, which the CUDA runtime shares).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.inner.ctx
+    }
+
+    /// Makes this backend's context current on the calling thread (needed before CUDA runtime
+    /// calls, such as CUB's, on a thread that has not used the device yet).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn bind_to_thread(&self) -> Result<()> {
+        self.inner
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("binding the context", e))
+    }
+
+    /// Free and total device memory, in bytes.
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.bind_to_thread()?;
+        self.inner
+            .ctx
+            .mem_get_info()
+            .map_err(|e| driver_error("reading free memory", e))
+    }
+
+    /// A kernel of an embedded module, loading the module on first use on this device.
+    ///
+    /// # Errors
+    /// Driver errors: the module has no code for this device, or no kernel of that name.
+    pub fn function(
+        &self,
+        module: &'static KernelModule,
+        name: &'static str,
+    ) -> Result<CudaFunction> {
+        let key = (module as *const KernelModule as usize, name);
+        let mut cache = self
+            .inner
+            .functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = cache.get(&key) {
+            return Ok(f.clone());
+        }
+        let f = module::load(&self.inner.ctx, module)?
+            .load_function(name)
+            .map_err(|e| driver_error("looking up a kernel", e))?;
+        cache.insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// A grid-stride launch shape for `n` items: `block` threads per block and as many blocks as
+    /// keep every SM full (from the device's SM count and threads per SM), but no more than the
+    /// items need. Never an empty grid.
+    pub fn grid_stride_config(&self, n: usize, block: u32) -> LaunchConfig {
+        let block = block.clamp(32, 1024);
+        let per_sm = (self.inner.info.max_threads_per_sm / block).max(1);
+        let full = u64::from(self.inner.info.sm_count.max(1)) * u64::from(per_sm);
+        let needed = (n as u64).div_ceil(u64::from(block)).max(1);
+        LaunchConfig {
+            grid_dim: (needed.min(full) as u32, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Allocates a buffer, mapping a failed allocation to [`Error::OutOfDeviceMemory`].
+    fn alloc_tracked<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = Error::bytes_of::<T>(len)?;
+        let (free, total) = self.mem_info()?;
+        if bytes > free {
+            return Err(Error::OutOfDeviceMemory {
+                requested: bytes,
+                free,
+                total,
+            });
+        }
+        // SAFETY: the contents are unspecified by the contract of `alloc`; callers write them.
+        // At least one element is allocated so a zero-length buffer still has a valid pointer.
+        let slice = unsafe { self.inner.stream.alloc::<T>(len.max(1)) }.map_err(|e| match self
+            .mem_info()
+        {
+            Ok((free, total)) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Error::OutOfDeviceMemory {
+                    requested: bytes,
+                    free,
+                    total,
+                }
+            }
+            _ => driver_error("allocating device memory", e),
+        })?;
+        Ok(DeviceBuffer::new(slice, len, self.inner.memory.clone()))
+    }
+
+    /// Launches one of this crate's elementwise kernels over `buf`:
+    /// `name(T* out, uint64_t n, extra...)`.
+    fn launch_elementwise<T: Element>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        name: &'static str,
+        extra: &[Scalar],
+    ) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let f = self.function(&RUNTIME_KERNELS, name)?;
+        let cfg = self.grid_stride_config(buf.len(), 256);
+        let n = buf.len() as u64;
+        let ptr = buf.device_ptr();
+        let mut b = self.stream().launch_builder(&f);
+        b.arg(&ptr).arg(&n);
+        for s in extra {
+            match s {
+                Scalar::U32(v) => b.arg(v),
+                Scalar::U64(v) => b.arg(v),
+            };
+        }
+        // SAFETY: every elementwise kernel of kernels/runtime.cu writes exactly n elements of
+        // `out`, which holds n; callers pass the scalars its C signature names, in order.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| driver_error("launching a runtime kernel", e))
+    }
+}
+
+/// A scalar kernel argument of either width.
+#[derive(Debug, Clone, Copy)]
+enum Scalar {
+    U32(u32),
+    U64(u64),
+}
+
+impl Scalar {
+    /// The kernel name and scalar for `T`'s width (the value truncated for 4-byte `T`).
+    fn of_width<T: Element>(
+        name32: &'static str,
+        name64: &'static str,
+        v: u64,
+    ) -> (&'static str, Scalar) {
+        if T::BITS == 32 {
+            (name32, Scalar::U32(v as u32))
+        } else {
+            (name64, Scalar::U64(v))
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buf<T: Element> = DeviceBuffer<T>;
+
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cuda(self.inner.info.ordinal)
+    }
+
+    fn describe(&self) -> String {
+        let i = &self.inner.info;
+        format!(
+            "cuda:{} {} (sm_{}{}, {} SMs, {:.1} GiB, L2 {} MiB)",
+            i.ordinal,
+            i.name,
+            i.compute_capability.0,
+            i.compute_capability.1,
+            i.sm_count,
+            i.total_memory as f64 / (1u64 << 30) as f64,
+            i.l2_bytes >> 20
+        )
+    }
+
+    fn alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.alloc_tracked(len)
+    }
+
+    fn upload<T: Element>(&self, host: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut buf = self.alloc_tracked::<T>(host.len())?;
+        if !host.is_empty() {
+            self.inner
+                .stream
+                .memcpy_htod(host, &mut buf.view_mut())
+                .map_err(|e| driver_error("copying to the device", e))?;
+        }
+        Ok(buf)
+    }
+
+    fn download<T: Element>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        let mut host = vec![T::default(); buf.len()];
+        if !host.is_empty() {
+            self.inner
+                .stream
+                .memcpy_dtoh(&buf.view(), &mut host)
+                .map_err(|e| driver_error("copying to the host", e))?;
+        }
+        self.synchronize()?;
+        Ok(host)
+    }
+
+    fn fill<T: Element>(&self, buf: &mut DeviceBuffer<T>, value: T) -> Result<()> {
+        // cuMemset has no 8-byte form: a kernel fills either width with the value's bits.
+        let (name, v) = Scalar::of_width::<T>("fill_u32", "fill_u64", value.to_bits());
+        self.launch_elementwise(buf, name, &[v])
+    }
+
+    fn iota<T: Element>(&self, buf: &mut DeviceBuffer<T>, start: u64) -> Result<()> {
+        let (name, start) = Scalar::of_width::<T>("iota_u32", "iota_u64", start);
+        self.launch_elementwise(buf, name, &[start])
+    }
+
+    fn fill_random<T: Element>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        seed: u64,
+        mask: u64,
+    ) -> Result<()> {
+        let (name, mask) = Scalar::of_width::<T>("random_bits_u32", "random_bits_u64", mask);
+        self.launch_elementwise(buf, name, &[Scalar::U64(seed), mask])
+    }
+
+    fn copy<T: Element>(&self, src: &DeviceBuffer<T>, dst: &mut DeviceBuffer<T>) -> Result<()> {
+        Error::check_len("copy source vs destination", src.len(), dst.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .stream
+            .memcpy_dtod(&src.view(), &mut dst.view_mut())
+            .map_err(|e| driver_error("copying on the device", e))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner
+            .stream
+            .synchronize()
+            .map_err(|e| driver_error("synchronizing the stream", e))
+    }
+
+    fn timed<R>(&self, work: impl FnOnce() -> Result<R>) -> Result<(R, f64)> {
+        let ev = |op| {
+            self.inner
+                .ctx
+                .new_event(None)
+                .map_err(|e| driver_error(op, e))
+        };
+        let (start, end) = (ev("creating an event")?, ev("creating an event")?);
+        start
+            .record(&self.inner.stream)
+            .map_err(|e| driver_error("recording an event", e))?;
+        let r = work()?;
+        end.record(&self.inner.stream)
+            .map_err(|e| driver_error("recording an event", e))?;
+        end.synchronize()
+            .map_err(|e| driver_error("waiting for an event", e))?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(|e| driver_error("reading an event", e))?;
+        Ok((r, f64::from(ms)))
+    }
+
+    fn memory(&self) -> Option<MemoryStats> {
+        let m = &self.inner.memory;
+        Some(MemoryStats {
+            current_bytes: m.current.load(Ordering::Relaxed),
+            peak_bytes: m.peak.load(Ordering::Relaxed),
+        })
+    }
+
+    fn reset_peak_memory(&self) {
+        let m = &self.inner.memory;
+        m.peak
+            .store(m.current.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}

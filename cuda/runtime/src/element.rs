@@ -1,0 +1,113 @@
+//! The element types joinkit columns hold, and the key types it joins on.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Extra bounds an element needs on the CUDA backend (cudarc's device representation).
+#[cfg(feature = "cuda")]
+pub trait DeviceElement: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits {}
+#[cfg(feature = "cuda")]
+impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> DeviceElement for T {}
+/// Extra bounds an element needs on the CUDA backend (none without the `cuda` feature).
+#[cfg(not(feature = "cuda"))]
+pub trait DeviceElement {}
+#[cfg(not(feature = "cuda"))]
+impl<T> DeviceElement for T {}
+
+/// A fixed-width column element: 4- or 8-byte integers.
+///
+/// Sealed: kernels exist for exactly these types, named by [`Element::NAME`] in kernel entry
+/// points (`gather_u32_u64`).
+pub trait Element:
+    sealed::Sealed
+    + DeviceElement
+    + bytemuck::Pod
+    + Copy
+    + Default
+    + Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
+{
+    /// Suffix of this type in kernel names (`"u32"`, `"i64"`, ...).
+    const NAME: &'static str;
+    /// Width in bits.
+    const BITS: u32;
+    /// The element's bit pattern, zero-extended to 64 bits.
+    fn to_bits(self) -> u64;
+    /// The element with the low `BITS` bits of `bits` as its pattern.
+    fn from_bits(bits: u64) -> Self;
+}
+
+/// A join or sort key: an unsigned integer whose bit pattern orders like its value.
+///
+/// Signed columns are keyed by their bit pattern after a sign flip (done by the caller), as
+/// radix sorts do.
+pub trait Key: Element + Ord + Hash {
+    /// The largest key; also used as a sentinel by some structures (which must still accept it
+    /// as a real key).
+    const MAX: Self;
+    /// Widens to `u64`.
+    fn to_u64(self) -> u64;
+    /// Truncates a `u64` to this width.
+    fn from_u64(v: u64) -> Self;
+    /// The bits `bits` of the key, shifted down (radix digit).
+    #[inline]
+    fn digit(self, begin: u32, end: u32) -> u64 {
+        let v = self.to_u64() >> begin;
+        let width = end - begin;
+        if width >= 64 {
+            v
+        } else {
+            v & ((1u64 << width) - 1)
+        }
+    }
+}
+
+macro_rules! element {
+    ($($t:ty, $unsigned:ty => $name:literal),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const NAME: &'static str = $name;
+            const BITS: u32 = <$t>::BITS;
+            #[inline]
+            fn to_bits(self) -> u64 {
+                self as $unsigned as u64
+            }
+            #[inline]
+            fn from_bits(bits: u64) -> Self {
+                bits as $unsigned as $t
+            }
+        }
+    )*};
+}
+element!(u32, u32 => "u32", u64, u64 => "u64", i32, u32 => "i32", i64, u64 => "i64");
+
+impl Key for u32 {
+    const MAX: Self = u32::MAX;
+    #[inline]
+    fn to_u64(self) -> u64 {
+        u64::from(self)
+    }
+    #[inline]
+    fn from_u64(v: u64) -> Self {
+        v as u32
+    }
+}
+
+impl Key for u64 {
+    const MAX: Self = u64::MAX;
+    #[inline]
+    fn to_u64(self) -> u64 {
+        self
+    }
+    #[inline]
+    fn from_u64(v: u64) -> Self {
+        v
+    }
+}

@@ -1,0 +1,123 @@
+//! One error type for every joinkit crate: bad input is reported, never panicked on.
+
+/// Result with joinkit's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in joinkit, on either backend.
+///
+/// The CPU and CUDA backends return the same variant for the same bad input, so property tests
+/// can compare errors as well as outputs.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// Two inputs that must have the same length do not.
+    #[error("length mismatch in {what}: {left} vs {right}")]
+    LengthMismatch {
+        /// Which inputs (for example `"keys vs values"`).
+        what: &'static str,
+        /// Length of the first.
+        left: usize,
+        /// Length of the second.
+        right: usize,
+    },
+    /// A key bit range is empty, reversed or reaches past the key's width.
+    #[error("bit range {begin}..{end} is not inside a {width}-bit key")]
+    BitRange {
+        /// First bit (inclusive).
+        begin: u32,
+        /// Last bit (exclusive).
+        end: u32,
+        /// Width of the key type in bits.
+        width: u32,
+    },
+    /// An input that must hold at least one element (or bin, or sample) holds none.
+    #[error("empty input: {0}")]
+    EmptyInput(&'static str),
+    /// An index (gather map, row id) points outside the column it indexes.
+    #[error("index {index} out of range for {what} of length {len}")]
+    IndexOutOfRange {
+        /// What was indexed.
+        what: &'static str,
+        /// The offending index.
+        index: u64,
+        /// The column length.
+        len: usize,
+    },
+    /// A size computation would overflow `usize` (or the kernel's 64-bit counters).
+    #[error("size overflow: {0}")]
+    SizeOverflow(&'static str),
+    /// A device allocation larger than what the device has free.
+    #[error(
+        "out of device memory: requested {requested} bytes, {free} free of {total} on the device"
+    )]
+    OutOfDeviceMemory {
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes free when the request failed.
+        free: usize,
+        /// Device memory in all.
+        total: usize,
+    },
+    /// An argument outside what the operation supports (with the reason).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// No CUDA device could be used (no driver, no device, bad `JOINKIT_DEVICE`).
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+    /// The CUDA driver reported an error.
+    #[error("CUDA driver error during {op}: {message}")]
+    Driver {
+        /// What was being done.
+        op: &'static str,
+        /// The driver's description of the error.
+        message: String,
+    },
+    /// A CUDA runtime call (CUB through `cub-sys`) returned an error code.
+    #[error("CUDA runtime error {code} during {op}")]
+    Runtime {
+        /// What was being done.
+        op: &'static str,
+        /// The `cudaError_t` value.
+        code: i32,
+    },
+}
+
+impl Error {
+    /// Checks that two lengths agree.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when they differ.
+    pub fn check_len(what: &'static str, left: usize, right: usize) -> Result<()> {
+        if left == right {
+            Ok(())
+        } else {
+            Err(Error::LengthMismatch { what, left, right })
+        }
+    }
+
+    /// Checks a bit range `begin..end` against a key of `width` bits: non-empty and inside.
+    ///
+    /// # Errors
+    /// [`Error::BitRange`] otherwise.
+    pub fn check_bits(bits: &std::ops::Range<u32>, width: u32) -> Result<()> {
+        if bits.start < bits.end && bits.end <= width {
+            Ok(())
+        } else {
+            Err(Error::BitRange {
+                begin: bits.start,
+                end: bits.end,
+                width,
+            })
+        }
+    }
+
+    /// `count * size_of::<T>()` in bytes, or [`Error::SizeOverflow`].
+    ///
+    /// # Errors
+    /// [`Error::SizeOverflow`] when the product does not fit `usize`.
+    pub fn bytes_of<T>(count: usize) -> Result<usize> {
+        count
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(Error::SizeOverflow("buffer size in bytes"))
+    }
+}

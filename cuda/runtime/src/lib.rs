@@ -1,0 +1,48 @@
+//! # joinkit-cuda
+//!
+//! The device runtime every joinkit crate stands on:
+//!
+//! - the [`Backend`] contract: buffers, upload/download, fill, copy, timing and memory
+//!   accounting, implemented by [`CpuBackend`] (rayon; always there) and, with the `cuda`
+//!   feature, `CudaBackend` (cudarc, loading libcuda dynamically);
+//! - [`Device`]: run-time choice of backend (`Device::best()`, `JOINKIT_DEVICE=cpu|cuda:N`);
+//! - the element and key types ([`Element`], [`Key`]) and one [`Error`] type;
+//! - with `cuda`: typed device buffers with a peak-memory counter, embedded fatbin modules loaded
+//!   once per device (`kernel_module!`), launch shapes from device properties, and the
+//!   [`Scratch`](crate::Scratch) temp-storage protocol;
+//! - shared device headers in `include/joinkit/` (`hash.cuh`: murmur3 fmix32/fmix64 with seeds;
+//!   `device.cuh`: grid-stride, warp and block scans, 64-bit atomics) with CPU twins in [`hash`].
+//!
+//! Operations (sort, gather, partition, hash tables, codec, joins) live in their own crates as
+//! traits with one implementation per backend.
+//!
+//! ```
+//! use joinkit_cuda::{Backend, Device, with_backend};
+//! let device = Device::from_spec("cpu").unwrap();
+//! let n = with_backend!(&device, b => {
+//!     let buf = b.upload(&[1u32, 2, 3]).unwrap();
+//!     b.download(&buf).unwrap().len()
+//! });
+//! assert_eq!(n, 3);
+//! ```
+
+mod backend;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod device;
+mod element;
+mod error;
+pub mod hash;
+pub mod testing;
+
+pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
+pub use cpu::{CpuBackend, PARALLEL_THRESHOLD};
+#[cfg(feature = "cuda")]
+pub use cuda::{
+    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, Scratch, cudarc, device_count,
+    driver_present,
+};
+pub use device::{DEVICE_ENV, Device};
+pub use element::{DeviceElement, Element, Key};
+pub use error::{Error, Result};

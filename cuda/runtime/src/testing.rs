@@ -1,0 +1,43 @@
+//! Helpers for tests that need a GPU: they skip, visibly, where there is none, and fail instead
+//! when `JOINKIT_REQUIRE_GPU=1` (set by the GPU bundle's runner), so a GPU run cannot pass by
+//! skipping.
+
+/// Name of the environment variable that turns GPU-test skips into failures.
+pub const REQUIRE_GPU_ENV: &str = "JOINKIT_REQUIRE_GPU";
+
+/// Whether GPU tests must run (`JOINKIT_REQUIRE_GPU` set to anything but `0` or empty).
+pub fn gpu_required() -> bool {
+    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The CUDA backend for a GPU test, or `None` after printing why the test is skipped.
+///
+/// # Panics
+/// When no GPU can be opened and [`gpu_required`] is true: the test fails.
+#[cfg(feature = "cuda")]
+pub fn cuda_or_skip(test: &str) -> Option<crate::CudaBackend> {
+    match crate::CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) if gpu_required() => {
+            panic!("{test}: {REQUIRE_GPU_ENV} is set but no GPU can be used: {e}")
+        }
+        Err(e) => {
+            say_skipped(test, &e.to_string());
+            None
+        }
+    }
+}
+
+/// Prints a skip notice straight to stderr, past the test harness's output capture, so a skipped
+/// GPU test is visible in `cargo test` output even when it passes.
+pub fn say_skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED (GPU part of {test}): {why}; set {REQUIRE_GPU_ENV}=1 to make this a failure"
+    );
+}
+
+/// The value outputs are poisoned with before a kernel runs, so an element the kernel fails to
+/// write is caught (all ones: unlikely as a real result, not zero).
+pub const POISON_U64: u64 = 0xDEAD_BEEF_DEAD_BEEF;

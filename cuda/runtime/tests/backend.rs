@@ -1,0 +1,162 @@
+//! The backend contract, checked on the CPU backend always and on CUDA where a GPU is present:
+//! both must produce the same bits and the same errors.
+
+use joinkit_cuda::{Backend, CpuBackend, Device, DeviceKind, Element, Error, hash};
+
+/// Runs the contract checks on one backend.
+fn contract<B: Backend>(b: &B) {
+    // Round trip, including empty and odd sizes.
+    for n in [0usize, 1, 3, 1001] {
+        let host: Vec<u64> = (0..n as u64).map(|i| hash::hash64(i, 7)).collect();
+        let buf = b.upload(&host).unwrap();
+        assert_eq!(b.download(&buf).unwrap(), host, "round trip n={n}");
+    }
+    // fill, iota and fill_random agree with their host definitions, for every element type.
+    check_generators::<B, u32>(b);
+    check_generators::<B, u64>(b);
+    check_generators::<B, i32>(b);
+    check_generators::<B, i64>(b);
+    // copy, and its length check.
+    let src = b.upload(&[5u32, 6, 7]).unwrap();
+    let mut dst = b.alloc::<u32>(3).unwrap();
+    b.copy(&src, &mut dst).unwrap();
+    assert_eq!(b.download(&dst).unwrap(), vec![5, 6, 7]);
+    let mut short = b.alloc::<u32>(2).unwrap();
+    assert_eq!(
+        b.copy(&src, &mut short),
+        Err(Error::LengthMismatch {
+            what: "copy source vs destination",
+            left: 3,
+            right: 2
+        })
+    );
+    // Sizes whose byte count overflows are a typed error, not a panic or a wrap.
+    assert_eq!(
+        b.alloc::<u64>(usize::MAX / 4).err(),
+        Some(Error::SizeOverflow("buffer size in bytes"))
+    );
+    // Timing returns the work's result.
+    let (v, ms) = b.timed(|| Ok(42)).unwrap();
+    assert_eq!(v, 42);
+    assert!(ms >= 0.0);
+}
+
+fn check_generators<B: Backend, T: Element>(b: &B) {
+    let n = 4099;
+    let mut buf = b.alloc::<T>(n).unwrap();
+    b.fill(&mut buf, T::from_bits(0xDEAD_BEEF_DEAD_BEEF))
+        .unwrap();
+    assert!(
+        b.download(&buf)
+            .unwrap()
+            .iter()
+            .all(|&x| x == T::from_bits(0xDEAD_BEEF_DEAD_BEEF))
+    );
+    b.iota(&mut buf, u64::from(u32::MAX) - 5).unwrap();
+    let want: Vec<T> = (0..n as u64)
+        .map(|i| T::from_bits(u64::from(u32::MAX) - 5 + i))
+        .collect();
+    assert_eq!(b.download(&buf).unwrap(), want, "iota {}", T::NAME);
+    b.fill_random(&mut buf, 99, 0xFFFF_FFFF_0000_FFFF).unwrap();
+    let want: Vec<T> = (0..n as u64)
+        .map(|i| T::from_bits(hash::hash64(i, 99) & 0xFFFF_FFFF_0000_FFFF))
+        .collect();
+    assert_eq!(b.download(&buf).unwrap(), want, "fill_random {}", T::NAME);
+}
+
+#[test]
+fn cpu_backend_meets_the_contract() {
+    contract(&CpuBackend::new());
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_backend_meets_the_contract() {
+    let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("cuda_backend_meets_the_contract") else {
+        return;
+    };
+    contract(&gpu);
+    // Device memory is accounted: a 1 MiB buffer shows up in the peak.
+    gpu.reset_peak_memory();
+    let before = gpu.memory().unwrap();
+    let big = gpu.alloc::<u64>(1 << 17).unwrap();
+    let during = gpu.memory().unwrap();
+    assert_eq!(during.current_bytes, before.current_bytes + (1 << 20));
+    drop(big);
+    let after = gpu.memory().unwrap();
+    assert_eq!(after.current_bytes, before.current_bytes);
+    assert!(after.peak_bytes >= before.current_bytes + (1 << 20));
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn request_beyond_free_device_memory_is_a_typed_error() {
+    let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("request_beyond_free_device_memory") else {
+        return;
+    };
+    let (free, total) = gpu.mem_info().unwrap();
+    let n = (free / 8) + (1 << 30);
+    match gpu.alloc::<u64>(n) {
+        Err(Error::OutOfDeviceMemory {
+            requested,
+            total: t,
+            ..
+        }) => {
+            assert_eq!(requested, n * 8);
+            assert_eq!(t, total);
+        }
+        other => panic!(
+            "expected OutOfDeviceMemory, got {:?}",
+            other.map(|b| b.len())
+        ),
+    }
+    // The backend still works afterwards.
+    let b = gpu.upload(&[1u32, 2]).unwrap();
+    assert_eq!(gpu.download(&b).unwrap(), vec![1, 2]);
+}
+
+#[test]
+fn device_specs() {
+    assert!(matches!(Device::from_spec("cpu"), Ok(Device::Cpu(_))));
+    assert!(matches!(
+        Device::from_spec("tpu:0"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Device::from_spec("cuda:x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A device that does not exist is NoDevice on every build (no CUDA support, no driver, or
+    // fewer devices).
+    assert!(matches!(
+        Device::from_spec("cuda:4096"),
+        Err(Error::NoDevice(_))
+    ));
+}
+
+/// Without a usable GPU (no libcuda, or a CPU-only build) the best device is the CPU: a binary
+/// built with `cuda` still starts and runs.
+#[test]
+fn best_device_falls_back_to_the_cpu() {
+    let device = Device::best();
+    let kind = joinkit_cuda::with_backend!(&device, b => b.kind());
+    let gpu_usable =
+        cfg!(feature = "cuda") && std::env::var("JOINKIT_DEVICE").is_err() && gpu_present();
+    if gpu_usable {
+        assert_eq!(kind, DeviceKind::Cuda(0));
+    } else if std::env::var("JOINKIT_DEVICE").is_err() {
+        assert_eq!(kind, DeviceKind::Cpu);
+    }
+    eprintln!("best device: {}", device.describe());
+}
+
+fn gpu_present() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        joinkit_cuda::device_count().is_ok_and(|n| n > 0)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        false
+    }
+}

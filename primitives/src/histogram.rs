@@ -1,0 +1,109 @@
+//! Even-width histograms (partition sizes, key distributions).
+
+use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result};
+use rayon::prelude::*;
+
+/// Counts samples into `bins` equal-width bins over `[lower, upper)`; samples outside the range
+/// are not counted. Bin `b` covers `[lower + b*w, lower + (b+1)*w)` with `w = (upper-lower)/bins`
+/// when the range divides evenly (CUB's rule for uneven ranges is followed by both backends:
+/// `bin = (sample - lower) * bins / (upper - lower)`).
+pub trait Histogram: Backend {
+    /// Returns `bins` 32-bit counts.
+    ///
+    /// # Errors
+    /// [`Error::EmptyInput`] when `bins` is 0; [`Error::InvalidArgument`] when
+    /// `lower >= upper`; [`Error::SizeOverflow`] for more than `u32::MAX` samples (32-bit
+    /// counts); allocation and driver errors.
+    fn histogram_even<K: Key>(
+        &self,
+        samples: &Self::Buf<K>,
+        bins: usize,
+        lower: K,
+        upper: K,
+    ) -> Result<Self::Buf<u32>>;
+}
+
+/// Validates histogram arguments; shared by both backends so they fail alike.
+pub(crate) fn check_histogram<K: Key>(
+    samples: usize,
+    bins: usize,
+    lower: K,
+    upper: K,
+) -> Result<()> {
+    if bins == 0 {
+        return Err(Error::EmptyInput("histogram with zero bins"));
+    }
+    if lower >= upper {
+        return Err(Error::InvalidArgument(format!(
+            "histogram range {lower:?}..{upper:?} is empty"
+        )));
+    }
+    if bins >= i32::MAX as usize || samples > u32::MAX as usize {
+        return Err(Error::SizeOverflow("histogram counts are 32-bit"));
+    }
+    Ok(())
+}
+
+/// The bin of one sample, `None` outside `[lower, upper)` (the CPU twin of CUB's rule).
+fn bin_of(sample: u64, bins: u64, lower: u64, upper: u64) -> Option<usize> {
+    if sample < lower || sample >= upper {
+        return None;
+    }
+    let b = u128::from(sample - lower) * u128::from(bins) / u128::from(upper - lower);
+    Some(b as usize)
+}
+
+impl Histogram for CpuBackend {
+    fn histogram_even<K: Key>(
+        &self,
+        samples: &Vec<K>,
+        bins: usize,
+        lower: K,
+        upper: K,
+    ) -> Result<Vec<u32>> {
+        check_histogram(samples.len(), bins, lower, upper)?;
+        let (lo, hi) = (lower.to_u64(), upper.to_u64());
+        Ok(samples
+            .par_chunks(joinkit_cuda::PARALLEL_THRESHOLD)
+            .map(|chunk| {
+                let mut h = vec![0u32; bins];
+                for s in chunk {
+                    if let Some(b) = bin_of(s.to_u64(), bins as u64, lo, hi) {
+                        h[b] += 1;
+                    }
+                }
+                h
+            })
+            .reduce(
+                || vec![0u32; bins],
+                |mut a, b| {
+                    a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                    a
+                },
+            ))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Histogram for joinkit_cuda::CudaBackend {
+    fn histogram_even<K: Key>(
+        &self,
+        samples: &Self::Buf<K>,
+        bins: usize,
+        lower: K,
+        upper: K,
+    ) -> Result<Self::Buf<u32>> {
+        check_histogram(samples.len(), bins, lower, upper)?;
+        let mut out = self.alloc::<u32>(bins)?;
+        let mut scratch = joinkit_cuda::Scratch::new();
+        crate::cuda::histogram_even(
+            self,
+            &samples.view(),
+            &mut out.view_mut(),
+            lower,
+            upper,
+            &mut scratch,
+        )?;
+        Ok(out)
+    }
+}

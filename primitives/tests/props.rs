@@ -1,0 +1,248 @@
+//! Property tests: the CPU twin equals a naive reference, and the CUDA implementation (where a
+//! GPU is present) equals the CPU twin, on random sizes (0, 1, odd), duplicates, all-equal
+//! keys, keys at 0 and MAX, and random bit ranges including the edges.
+
+use std::ops::Range;
+
+use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key};
+use joinkit_primitives::{Histogram, Scan, Sort};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+#[cfg(feature = "cuda")]
+type Gpu = Option<joinkit_cuda::CudaBackend>;
+#[cfg(not(feature = "cuda"))]
+type Gpu = Option<CpuBackend>;
+
+fn gpu(test: &str) -> Gpu {
+    #[cfg(feature = "cuda")]
+    {
+        joinkit_cuda::testing::cuda_or_skip(test)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = test;
+        None
+    }
+}
+
+fn runner() -> TestRunner {
+    TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+/// Keys with the shapes that break sorts: random, few distinct, all equal, extremes.
+fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
+    let extreme = prop_oneof![Just(K::from_u64(0)), Just(K::MAX), any::<K>()];
+    prop_oneof![
+        proptest::collection::vec(any::<K>(), 0..3000),
+        proptest::collection::vec((0u64..4).prop_map(K::from_u64), 0..3000),
+        (any::<K>(), 0usize..2000).prop_map(|(k, n)| vec![k; n]),
+        proptest::collection::vec(extreme, 0..500),
+    ]
+}
+
+/// A non-empty bit range inside the key, edges included.
+fn bits<K: Key>() -> impl Strategy<Value = Range<u32>> {
+    let w = K::BITS;
+    prop_oneof![
+        Just(0..w),
+        Just(0..1),
+        Just(w - 1..w),
+        (0..w)
+            .prop_flat_map(move |b| (Just(b), b + 1..=w))
+            .prop_map(|(a, b)| a..b)
+    ]
+}
+
+fn naive_sort<K: Key, V: Copy>(k: &[K], v: &[V], bits: &Range<u32>) -> (Vec<K>, Vec<V>) {
+    // Insertion by digit into buckets in input order: stable by construction.
+    let mut order: Vec<usize> = (0..k.len()).collect();
+    order.sort_by_key(|&i| (k[i].digit(bits.start, bits.end), i));
+    (
+        order.iter().map(|&i| k[i]).collect(),
+        order.iter().map(|&i| v[i]).collect(),
+    )
+}
+
+fn check_sort_pairs<K: Key + Arbitrary, V: Element>(test: &str) {
+    let gpu = gpu(test);
+    runner()
+        .run(&(keys::<K>(), bits::<K>()), |(k, bits)| {
+            let v: Vec<V> = (0..k.len() as u64).map(V::from_bits).collect();
+            let want = naive_sort(&k, &v, &bits);
+            let cpu = CpuBackend::new();
+            let got = cpu.sort_pairs(&k, &v, bits.clone()).unwrap();
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(cpu.sort_keys(&k, bits.clone()).unwrap(), want.0.clone());
+            if let Some(g) = &gpu {
+                let (dk, dv) = (g.upload(&k).unwrap(), g.upload(&v).unwrap());
+                let (sk, sv) = g.sort_pairs(&dk, &dv, bits.clone()).unwrap();
+                prop_assert_eq!(g.download(&sk).unwrap(), want.0.clone());
+                prop_assert_eq!(g.download(&sv).unwrap(), want.1.clone());
+                let only = g.sort_keys(&dk, bits.clone()).unwrap();
+                prop_assert_eq!(g.download(&only).unwrap(), want.0);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn sort_pairs_u32_u32() {
+    check_sort_pairs::<u32, u32>("sort_pairs_u32_u32");
+}
+#[test]
+fn sort_pairs_u32_u64() {
+    check_sort_pairs::<u32, u64>("sort_pairs_u32_u64");
+}
+#[test]
+fn sort_pairs_u64_u32() {
+    check_sort_pairs::<u64, u32>("sort_pairs_u64_u32");
+}
+#[test]
+fn sort_pairs_u64_i64() {
+    check_sort_pairs::<u64, i64>("sort_pairs_u64_i64");
+}
+
+fn check_scan<T: Element + Arbitrary + joinkit_primitives::Summable>(test: &str) {
+    let gpu = gpu(test);
+    runner()
+        .run(&proptest::collection::vec(any::<T>(), 0..40_000), |x| {
+            let mut acc = T::default();
+            let want: Vec<T> = x
+                .iter()
+                .map(|&v| {
+                    let r = acc;
+                    acc = acc.wrapping_add(v);
+                    r
+                })
+                .collect();
+            prop_assert_eq!(CpuBackend::new().exclusive_sum(&x).unwrap(), want.clone());
+            if let Some(g) = &gpu {
+                let d = g.upload(&x).unwrap();
+                prop_assert_eq!(g.download(&g.exclusive_sum(&d).unwrap()).unwrap(), want);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn exclusive_sum_u32() {
+    check_scan::<u32>("exclusive_sum_u32");
+}
+#[test]
+fn exclusive_sum_u64() {
+    check_scan::<u64>("exclusive_sum_u64");
+}
+
+fn check_histogram<K: Key + Arbitrary>(test: &str) {
+    let gpu = gpu(test);
+    let case = (keys::<K>(), 1usize..600, any::<K>(), any::<K>())
+        .prop_filter("non-empty range", |(_, _, a, b)| a != b);
+    runner()
+        .run(&case, |(k, bins, a, b)| {
+            let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+            let mut want = vec![0u32; bins];
+            for x in &k {
+                if *x >= lo && *x < hi {
+                    let off = u128::from(x.to_u64() - lo.to_u64());
+                    let bin = off * bins as u128 / u128::from(hi.to_u64() - lo.to_u64());
+                    want[bin as usize] += 1;
+                }
+            }
+            prop_assert_eq!(
+                CpuBackend::new().histogram_even(&k, bins, lo, hi).unwrap(),
+                want.clone()
+            );
+            if let Some(g) = &gpu {
+                let d = g.upload(&k).unwrap();
+                prop_assert_eq!(
+                    g.download(&g.histogram_even(&d, bins, lo, hi).unwrap())
+                        .unwrap(),
+                    want
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn histogram_even_u32() {
+    check_histogram::<u32>("histogram_even_u32");
+}
+#[test]
+fn histogram_even_u64() {
+    check_histogram::<u64>("histogram_even_u64");
+}
+
+/// Bad input gets the same typed error on both backends.
+fn bad_input<B: Sort + Histogram>(b: &B) {
+    let k = b.upload(&[1u32, 2, 3]).unwrap();
+    let v = b.upload(&[1u64, 2]).unwrap();
+    assert_eq!(
+        b.sort_pairs(&k, &v, 0..32).err(),
+        Some(Error::LengthMismatch {
+            what: "sort_pairs keys vs values",
+            left: 3,
+            right: 2
+        })
+    );
+    let v = b.upload(&[1u64, 2, 3]).unwrap();
+    assert_eq!(
+        b.sort_pairs(&k, &v, 0..33).err(),
+        Some(Error::BitRange {
+            begin: 0,
+            end: 33,
+            width: 32
+        })
+    );
+    assert_eq!(
+        b.sort_keys(&k, 7..7).err(),
+        Some(Error::BitRange {
+            begin: 7,
+            end: 7,
+            width: 32
+        })
+    );
+    assert_eq!(
+        b.histogram_even(&k, 0, 0u32, 10).err(),
+        Some(Error::EmptyInput("histogram with zero bins"))
+    );
+    assert!(matches!(
+        b.histogram_even(&k, 4, 10u32, 10),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    bad_input(&CpuBackend::new());
+    if let Some(g) = gpu("bad_input_is_a_typed_error") {
+        bad_input(&g);
+    }
+}
+
+/// Large inputs (2^24) on the GPU against the CPU twin; skipped without a GPU.
+#[test]
+fn large_sort_matches_the_cpu_twin() {
+    let Some(g) = gpu("large_sort_matches_the_cpu_twin") else {
+        return;
+    };
+    let n = 1usize << 24;
+    let mut dk = g.alloc::<u64>(n).unwrap();
+    g.fill_random(&mut dk, 77, u64::MAX).unwrap();
+    let mut dv = g.alloc::<u32>(n).unwrap();
+    g.iota(&mut dv, 0).unwrap();
+    let (sk, sv) = g.sort_pairs(&dk, &dv, 13..45).unwrap();
+    let cpu = CpuBackend::new();
+    let (hk, hv) = (g.download(&dk).unwrap(), g.download(&dv).unwrap());
+    let want = cpu.sort_pairs(&hk, &hv, 13..45).unwrap();
+    assert!(g.download(&sk).unwrap() == want.0);
+    assert!(g.download(&sv).unwrap() == want.1);
+}
