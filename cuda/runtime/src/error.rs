@@ -58,6 +58,31 @@ pub enum Error {
         /// Device memory in all.
         total: usize,
     },
+    /// A hash table cannot take more rows (its load factor is too high for the data).
+    #[error("hash table full: {rows} rows do not fit {capacity} slots")]
+    TableFull {
+        /// Slots in the table.
+        capacity: usize,
+        /// Rows asked to insert.
+        rows: usize,
+    },
+    /// A side promised to have unique keys (a primary key) holds a key twice.
+    #[error("duplicate key on the {side} side, which was declared unique")]
+    DuplicateKey {
+        /// Which input (`"build"`, `"left"`, ...).
+        side: &'static str,
+    },
+    /// An output would not fit the buffer or budget given for it.
+    #[error("output of {needed} elements does not fit {capacity}")]
+    OutputTooLarge {
+        /// Elements the output needs.
+        needed: u64,
+        /// Elements available.
+        capacity: u64,
+    },
+    /// Encoded data is truncated or corrupt (with what was wrong).
+    #[error("corrupt or truncated encoded data: {0}")]
+    Corrupt(String),
     /// An argument outside what the operation supports (with the reason).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
