@@ -12,7 +12,7 @@ pub trait Histogram: Backend {
     ///
     /// # Errors
     /// [`Error::EmptyInput`] when `bins` is 0; [`Error::InvalidArgument`] when
-    /// `lower >= upper`; [`Error::SizeOverflow`] for more than `u32::MAX` samples (32-bit
+    /// `lower >= upper` or `(upper - lower) * bins` overflows 64 bits; [`Error::SizeOverflow`] for more than `u32::MAX` samples (32-bit
     /// counts); allocation and driver errors.
     fn histogram_even<K: Key>(
         &self,
@@ -40,6 +40,13 @@ pub(crate) fn check_histogram<K: Key>(
     }
     if bins >= i32::MAX as usize || samples > u32::MAX as usize {
         return Err(Error::SizeOverflow("histogram counts are 32-bit"));
+    }
+    // The bin of a sample is (sample - lower) * bins / (upper - lower) in 64-bit arithmetic
+    // (CUB's rule); ranges where that product could overflow are refused, as CUB does.
+    if upper.to_u64() - lower.to_u64() > u64::MAX / bins as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "histogram range {lower:?}..{upper:?} times {bins} bins overflows 64-bit bin arithmetic"
+        )));
     }
     Ok(())
 }

@@ -142,11 +142,24 @@ fn exclusive_sum_u64() {
 
 fn check_histogram<K: Key + Arbitrary>(test: &str) {
     let gpu = gpu(test);
-    let case = (keys::<K>(), 1usize..600, any::<K>(), any::<K>())
+    let bound = || prop_oneof![any::<K>(), (0u64..1 << 20).prop_map(K::from_u64)];
+    let case = (keys::<K>(), 1usize..600, bound(), bound())
         .prop_filter("non-empty range", |(_, _, a, b)| a != b);
     runner()
         .run(&case, |(k, bins, a, b)| {
             let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+            if hi.to_u64() - lo.to_u64() > u64::MAX / bins as u64 {
+                // Refused alike on both backends (64-bit bin arithmetic would overflow).
+                prop_assert!(matches!(
+                    CpuBackend::new().histogram_even(&k, bins, lo, hi),
+                    Err(Error::InvalidArgument(_))
+                ));
+                if let Some(g) = &gpu {
+                    let d = g.upload(&k).unwrap();
+                    prop_assert!(matches!(g.histogram_even(&d, bins, lo, hi), Err(Error::InvalidArgument(_))));
+                }
+                return Ok(());
+            }
             let mut want = vec![0u32; bins];
             for x in &k {
                 if *x >= lo && *x < hi {
