@@ -430,10 +430,11 @@ impl Backend for CudaBackend {
     }
 
     fn timed<R>(&self, work: impl FnOnce() -> Result<R>) -> Result<(R, f64)> {
+        // cudarc's default event flags disable timing: ask for timing events.
         let ev = |op| {
             self.inner
                 .ctx
-                .new_event(None)
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| driver_error(op, e))
         };
         let (start, end) = (ev("creating an event")?, ev("creating an event")?);
