@@ -1,0 +1,231 @@
+//! # joinkit-datagen
+//!
+//! The workloads of the GPU-join papers, generated on the host, seeded and reproducible (the
+//! same seed gives the same columns whatever the thread count), in parallel:
+//!
+//! - [`unique_keys`]: the keys `0..n` in a pseudo-random order (a primary-key column);
+//! - [`foreign_keys`]: a probe column whose keys hit the build side with a given match ratio;
+//! - [`zipf_foreign_keys`]: a probe column skewed by a Zipf law over the build keys;
+//! - [`payload`]: a payload column derived from a key column (so join outputs can be checked);
+//! - [`tpch`]: key columns of TPC-H's `orders` and `lineitem` from the `tpchgen` crate.
+//!
+//! Shuffles use a keyed Feistel permutation with cycle walking instead of a sequential
+//! Fisher-Yates shuffle, so element `i` is computed on its own: generation is parallel and a
+//! GPU kernel could produce the same column.
+//!
+//! ```
+//! let r: Vec<u32> = joinkit_datagen::unique_keys(1000, 7);
+//! let s: Vec<u32> = joinkit_datagen::foreign_keys(1000, 4000, 0.5, 8);
+//! assert_eq!(r.len(), 1000);
+//! let hits = s.iter().filter(|&&k| k < 1000).count();
+//! assert!((1700..2300).contains(&hits));
+//! ```
+
+pub mod tpch;
+
+use joinkit_cuda::hash::hash64;
+use joinkit_cuda::{Element, Key};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand_distr::{Distribution, Zipf};
+use rayon::prelude::*;
+
+/// Elements generated per independently seeded chunk (fixes the output for a seed whatever the
+/// thread count).
+const CHUNK: usize = 1 << 16;
+
+/// A pseudo-random permutation of `0..n`: `permute(i)` for `i < n` is a bijection onto `0..n`.
+#[derive(Debug, Clone, Copy)]
+pub struct Permutation {
+    n: u64,
+    half_bits: u32,
+    seed: u64,
+}
+
+impl Permutation {
+    /// The permutation of `0..n` chosen by `seed`.
+    pub fn new(n: u64, seed: u64) -> Self {
+        let bits = 64 - n.saturating_sub(1).leading_zeros();
+        // A balanced Feistel network over 2 * half_bits >= bits bits (at least 2 per half).
+        Self {
+            n,
+            half_bits: bits.div_ceil(2).max(2),
+            seed,
+        }
+    }
+
+    /// The image of `i` (`i < n`).
+    pub fn permute(&self, i: u64) -> u64 {
+        debug_assert!(i < self.n);
+        let mask = (1u64 << self.half_bits) - 1;
+        let mut x = i;
+        // Cycle walking: the network permutes [0, 2^(2 half_bits)); values past n are fed back
+        // until they land inside. Each step lands inside with probability > 1/4.
+        loop {
+            let (mut l, mut r) = (x >> self.half_bits, x & mask);
+            for round in 0..4u64 {
+                let f = hash64(r ^ (round << 56), self.seed) & mask;
+                (l, r) = (r, l ^ f);
+            }
+            x = (l << self.half_bits) | r;
+            if x < self.n {
+                return x;
+            }
+        }
+    }
+}
+
+fn generate<T: Send>(
+    n: usize,
+    seed: u64,
+    f: impl Fn(&mut StdRng, usize) -> T + Sync + Send,
+) -> Vec<T> {
+    (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .flat_map_iter(|c| {
+            let mut rng = StdRng::seed_from_u64(hash64(c as u64, seed));
+            let start = c * CHUNK;
+            let end = (start + CHUNK).min(n);
+            (start..end).map(|i| f(&mut rng, i)).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The keys `0..n` in a pseudo-random order chosen by `seed` (a primary-key column).
+///
+/// # Panics
+/// If `n - 1` does not fit `K`.
+pub fn unique_keys<K: Key>(n: usize, seed: u64) -> Vec<K> {
+    assert!(
+        n == 0 || (n as u64 - 1) <= K::MAX.to_u64(),
+        "{n} keys do not fit the key type"
+    );
+    let p = Permutation::new(n as u64, seed);
+    (0..n as u64)
+        .into_par_iter()
+        .map(|i| K::from_u64(p.permute(i)))
+        .collect()
+}
+
+/// `n_probe` keys against a build side holding the keys `0..n_build`: each key hits the build
+/// side with probability `match_ratio` (a uniformly chosen build key) and otherwise is a key
+/// `>= n_build` that matches nothing.
+///
+/// # Panics
+/// If `match_ratio` is outside `[0, 1]` or `n_build` does not fit `K` with room for misses.
+pub fn foreign_keys<K: Key>(n_build: usize, n_probe: usize, match_ratio: f64, seed: u64) -> Vec<K> {
+    assert!(
+        (0.0..=1.0).contains(&match_ratio),
+        "match ratio {match_ratio} outside [0, 1]"
+    );
+    let nb = n_build as u64;
+    assert!(
+        nb < K::MAX.to_u64(),
+        "{n_build} build keys leave no key for misses"
+    );
+    let misses = K::MAX.to_u64() - nb + 1;
+    generate(n_probe, seed, |rng, _| {
+        if nb > 0 && rng.random::<f64>() < match_ratio {
+            K::from_u64(rng.random_range(0..nb))
+        } else {
+            K::from_u64(nb + rng.random_range(0..misses))
+        }
+    })
+}
+
+/// `n_probe` keys drawn from the build keys `0..n_build` by a Zipf law of exponent `theta`
+/// (0 = uniform; 1 and above = heavily skewed). Which key is the most frequent is chosen by
+/// `seed` through a permutation, so skew is not tied to small key values.
+///
+/// # Panics
+/// If `theta` is negative or `n_build` is 0.
+pub fn zipf_foreign_keys<K: Key>(n_build: usize, n_probe: usize, theta: f64, seed: u64) -> Vec<K> {
+    let zipf = Zipf::new(n_build as f64, theta).expect("theta >= 0 and a non-empty build side");
+    let rank_to_key = Permutation::new(n_build as u64, seed ^ 0x5eed);
+    generate(n_probe, seed, |rng, _| {
+        let rank = (zipf.sample(rng) as u64).clamp(1, n_build as u64) - 1;
+        K::from_u64(rank_to_key.permute(rank))
+    })
+}
+
+/// A payload column for `keys`: element `i` is a hash of the key and `column`, so the join
+/// output's payloads can be checked against its keys and different columns differ.
+pub fn payload<K: Key, T: Element>(keys: &[K], column: u64) -> Vec<T> {
+    keys.par_iter()
+        .map(|k| T::from_bits(hash64(k.to_u64(), column)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_is_a_bijection() {
+        for n in [1u64, 2, 3, 5, 1000, 4097] {
+            let p = Permutation::new(n, 3);
+            let mut seen = vec![false; n as usize];
+            for i in 0..n {
+                let j = p.permute(i);
+                assert!(!seen[j as usize], "n={n}: {j} twice");
+                seen[j as usize] = true;
+            }
+        }
+    }
+
+    #[test]
+    fn unique_keys_are_shuffled_and_reproducible() {
+        let a: Vec<u64> = unique_keys(100_000, 1);
+        assert_eq!(a, unique_keys::<u64>(100_000, 1));
+        assert_ne!(a, unique_keys::<u64>(100_000, 2));
+        let mut s = a.clone();
+        s.sort_unstable();
+        assert!(s.iter().enumerate().all(|(i, &k)| k == i as u64));
+        assert!(
+            a.iter()
+                .enumerate()
+                .filter(|&(i, &k)| k == i as u64)
+                .count()
+                < 100
+        );
+        assert!(unique_keys::<u32>(0, 1).is_empty());
+    }
+
+    #[test]
+    fn foreign_keys_hit_at_the_match_ratio() {
+        for ratio in [0.0, 0.25, 1.0] {
+            let s: Vec<u32> = foreign_keys(5000, 200_000, ratio, 9);
+            let hits = s.iter().filter(|&&k| k < 5000).count() as f64 / 200_000.0;
+            assert!(
+                (hits - ratio).abs() < 0.01,
+                "ratio {ratio}: hit rate {hits}"
+            );
+        }
+        assert_eq!(
+            foreign_keys::<u64>(10, 1000, 0.5, 4),
+            foreign_keys::<u64>(10, 1000, 0.5, 4)
+        );
+    }
+
+    #[test]
+    fn zipf_skews() {
+        let s: Vec<u32> = zipf_foreign_keys(10_000, 100_000, 1.5, 2);
+        assert!(s.iter().all(|&k| k < 10_000));
+        let mut counts = vec![0u32; 10_000];
+        s.iter().for_each(|&k| counts[k as usize] += 1);
+        let top = *counts.iter().max().unwrap() as f64 / 100_000.0;
+        assert!(top > 0.3, "Zipf 1.5's top key holds {top}");
+        let uniform: Vec<u32> = zipf_foreign_keys(10_000, 100_000, 0.0, 2);
+        let mut counts = vec![0u32; 10_000];
+        uniform.iter().for_each(|&k| counts[k as usize] += 1);
+        assert!(*counts.iter().max().unwrap() < 40);
+    }
+
+    #[test]
+    fn payloads_follow_keys() {
+        let k: Vec<u32> = vec![3, 3, 9];
+        let p: Vec<u64> = payload(&k, 1);
+        assert_eq!(p[0], p[1]);
+        assert_ne!(p[0], p[2]);
+        assert_ne!(p, payload::<u32, u64>(&k, 2));
+    }
+}

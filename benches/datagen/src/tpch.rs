@@ -1,0 +1,106 @@
+//! Key columns of TPC-H from the `tpchgen` crate (a Rust port of dbgen), generated in parallel
+//! parts: `orders ⋈ lineitem` on the order key is the papers' real-data join.
+
+use rayon::prelude::*;
+use tpchgen::generators::{LineItemGenerator, OrderGenerator};
+
+/// A TPC-H column joinkit knows how to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    /// `orders.o_orderkey` (unique, sparse: 8 of every 32 key values are used).
+    OOrderkey,
+    /// `orders.o_orderpriority` as a dictionary code 0..5 (`1-URGENT` .. `5-LOW`).
+    OOrderpriority,
+    /// `lineitem.l_orderkey` (sorted by order, 1-7 lines per order).
+    LOrderkey,
+    /// `lineitem.l_partkey`.
+    LPartkey,
+}
+
+impl Column {
+    /// The column's TPC-H name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Column::OOrderkey => "o_orderkey",
+            Column::OOrderpriority => "o_orderpriority",
+            Column::LOrderkey => "l_orderkey",
+            Column::LPartkey => "l_partkey",
+        }
+    }
+
+    /// Parses a TPC-H column name.
+    pub fn from_name(name: &str) -> Option<Column> {
+        [
+            Column::OOrderkey,
+            Column::OOrderpriority,
+            Column::LOrderkey,
+            Column::LPartkey,
+        ]
+        .into_iter()
+        .find(|c| c.name() == name)
+    }
+}
+
+/// Generates `column` at `scale_factor` as `u64` values, in table order.
+pub fn column(column: Column, scale_factor: f64) -> Vec<u64> {
+    // Enough parts to keep every thread busy; each part is generated independently.
+    let parts = (rayon::current_num_threads() * 4).clamp(1, 256) as i32;
+    let chunks: Vec<Vec<u64>> = (1..=parts)
+        .into_par_iter()
+        .map(|part| match column {
+            Column::OOrderkey => OrderGenerator::new(scale_factor, part, parts)
+                .iter()
+                .map(|o| o.o_orderkey as u64)
+                .collect(),
+            Column::OOrderpriority => OrderGenerator::new(scale_factor, part, parts)
+                .iter()
+                .map(|o| priority_code(o.o_orderpriority))
+                .collect(),
+            Column::LOrderkey => LineItemGenerator::new(scale_factor, part, parts)
+                .iter()
+                .map(|l| l.l_orderkey as u64)
+                .collect(),
+            Column::LPartkey => LineItemGenerator::new(scale_factor, part, parts)
+                .iter()
+                .map(|l| l.l_partkey as u64)
+                .collect(),
+        })
+        .collect();
+    chunks.concat()
+}
+
+/// `1-URGENT` → 0, ..., `5-LOW` → 4 (the leading digit).
+fn priority_code(priority: &str) -> u64 {
+    priority
+        .bytes()
+        .next()
+        .map_or(0, |d| u64::from(d.saturating_sub(b'1')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_scale_orders_and_lineitems() {
+        let o = column(Column::OOrderkey, 0.01);
+        assert_eq!(o.len(), 15_000);
+        let mut sorted = o.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), o.len(), "o_orderkey is unique");
+        let l = column(Column::LOrderkey, 0.01);
+        assert!(l.len() > 50_000 && l.len() < 70_000);
+        assert!(
+            l.windows(2).all(|w| w[0] <= w[1]),
+            "l_orderkey comes in order"
+        );
+        let set: std::collections::HashSet<u64> = o.into_iter().collect();
+        assert!(
+            l.iter().all(|k| set.contains(k)),
+            "every lineitem has its order"
+        );
+        let p = column(Column::OOrderpriority, 0.01);
+        assert!(p.iter().all(|&c| c < 5));
+        assert_eq!(Column::from_name("l_partkey"), Some(Column::LPartkey));
+    }
+}
