@@ -97,6 +97,18 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// [`crate::Error::LengthMismatch`] when the lengths differ; driver errors.
     fn copy<T: Element>(&self, src: &Self::Buf<T>, dst: &mut Self::Buf<T>) -> Result<()>;
 
+    /// Copies `src` into `dst[offset..offset + src.len()]`, device to device (assembling
+    /// outputs from parts).
+    ///
+    /// # Errors
+    /// [`crate::Error::OutputTooLarge`] when `src` does not fit `dst` at `offset`; driver errors.
+    fn copy_into<T: Element>(
+        &self,
+        src: &Self::Buf<T>,
+        dst: &mut Self::Buf<T>,
+        offset: usize,
+    ) -> Result<()>;
+
     /// Waits until all work queued on this backend has finished.
     ///
     /// # Errors
@@ -116,4 +128,15 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
 
     /// Restarts the peak-memory count from the current holding.
     fn reset_peak_memory(&self);
+}
+
+/// `offset + len` when `len` elements fit a buffer of `capacity` at `offset`.
+pub(crate) fn check_fits(len: usize, capacity: usize, offset: usize) -> Result<usize> {
+    match offset.checked_add(len) {
+        Some(end) if end <= capacity => Ok(end),
+        _ => Err(crate::Error::OutputTooLarge {
+            needed: offset as u64 + len as u64,
+            capacity: capacity as u64,
+        }),
+    }
 }

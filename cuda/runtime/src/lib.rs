@@ -27,6 +27,7 @@
 //! ```
 
 mod backend;
+mod column;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -37,6 +38,7 @@ pub mod hash;
 pub mod testing;
 
 pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
+pub use column::Column;
 pub use cpu::{CpuBackend, PARALLEL_THRESHOLD};
 #[cfg(feature = "cuda")]
 pub use cuda::{

@@ -30,6 +30,18 @@ fn contract<B: Backend>(b: &B) {
             right: 2
         })
     );
+    // copy_into places a part at an offset, and refuses what does not fit.
+    let mut big = b.alloc::<u32>(6).unwrap();
+    b.fill(&mut big, 9).unwrap();
+    b.copy_into(&src, &mut big, 2).unwrap();
+    assert_eq!(b.download(&big).unwrap(), vec![9, 9, 5, 6, 7, 9]);
+    assert_eq!(
+        b.copy_into(&src, &mut big, 4),
+        Err(Error::OutputTooLarge {
+            needed: 7,
+            capacity: 6
+        })
+    );
     // Sizes whose byte count overflows are a typed error, not a panic or a wrap.
     assert_eq!(
         b.alloc::<u64>(usize::MAX / 4).err(),

@@ -422,6 +422,22 @@ impl Backend for CudaBackend {
             .map_err(|e| driver_error("copying on the device", e))
     }
 
+    fn copy_into<T: Element>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &mut DeviceBuffer<T>,
+        offset: usize,
+    ) -> Result<()> {
+        let end = crate::backend::check_fits(src.len(), dst.len(), offset)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .stream
+            .memcpy_dtod(&src.view(), &mut dst.view_mut().slice_mut(offset..end))
+            .map_err(|e| driver_error("copying on the device", e))
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.inner
             .stream

@@ -1,0 +1,88 @@
+//! Columns of any element type, for tables whose payloads mix widths and signedness.
+
+use crate::{Backend, Buffer, Element};
+
+/// A column owned by a backend, of any [`Element`] type: 4- and 8-byte payloads mix in one
+/// table. Operations that move rows (partition, gather, sort) move bits and keep the type.
+pub enum Column<B: Backend> {
+    /// 4-byte unsigned.
+    U32(B::Buf<u32>),
+    /// 4-byte signed.
+    I32(B::Buf<i32>),
+    /// 8-byte unsigned.
+    U64(B::Buf<u64>),
+    /// 8-byte signed.
+    I64(B::Buf<i64>),
+}
+
+impl<B: Backend> Column<B> {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        crate::each_column!(self, c => c.len())
+    }
+
+    /// Whether the column has no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes per element.
+    pub fn width(&self) -> usize {
+        match self {
+            Column::U32(_) | Column::I32(_) => 4,
+            Column::U64(_) | Column::I64(_) => 8,
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Column<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ty = match self {
+            Column::U32(_) => u32::NAME,
+            Column::I32(_) => i32::NAME,
+            Column::U64(_) => u64::NAME,
+            Column::I64(_) => i64::NAME,
+        };
+        write!(f, "Column<{ty}>[{}]", self.len())
+    }
+}
+
+/// Runs `$body` with `$c` bound to the buffer inside a [`Column`] (by value, reference or
+/// mutable reference, as `$col` is), whatever its element type.
+#[macro_export]
+macro_rules! each_column {
+    ($col:expr, $c:ident => $body:expr) => {
+        match $col {
+            $crate::Column::U32($c) => $body,
+            $crate::Column::I32($c) => $body,
+            $crate::Column::U64($c) => $body,
+            $crate::Column::I64($c) => $body,
+        }
+    };
+}
+
+/// Builds a [`Column`] of the same element type as `$col` from `$body`, with `$c` bound to the
+/// buffer inside `$col` and `$t` to its element type: `map_column!(&col, c, T => gather::<T>(c))`.
+#[macro_export]
+macro_rules! map_column {
+    ($col:expr, $c:ident, $t:ident => $body:expr) => {
+        match $col {
+            $crate::Column::U32($c) => {
+                type $t = u32;
+                $crate::Column::U32($body)
+            }
+            $crate::Column::I32($c) => {
+                type $t = i32;
+                $crate::Column::I32($body)
+            }
+            $crate::Column::U64($c) => {
+                type $t = u64;
+                $crate::Column::U64($body)
+            }
+            $crate::Column::I64($c) => {
+                type $t = i64;
+                $crate::Column::I64($body)
+            }
+        }
+    };
+}
