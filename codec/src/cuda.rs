@@ -1,0 +1,553 @@
+//! View-level CUDA entry points, for reuse inside other GPU projects: they read and write
+//! cudarc views of memory the caller owns and queue work on the backend's stream (build one on
+//! your own stream with `CudaBackend::with_stream`).
+//!
+//! Both directions are plan, then finish, because sizes depend on the data:
+//! - [`plan_compress`] encodes every chunk of every buffer into chunk-aligned slots of
+//!   [`CodecScratch`] (one fused launch), scans the sizes and reads the per-stream totals back
+//!   (one synchronization); [`CompressPlan::words`] is the output size; [`finish_compress`]
+//!   moves the chunks into the caller's output and writes the headers (no synchronization).
+//! - [`plan_decompress`] reads every stream header and offset table back and validates them on
+//!   the host (synchronizes); [`finish_decompress`] decodes all chunks of all streams in one
+//!   launch and reads the fault word back (synchronizes), so corruption found on the device
+//!   is reported as [`Error::Corrupt`] before it returns.
+
+use std::ops::Range;
+
+use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
+use joinkit_cuda::cudarc::driver::{
+    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DriverError, LaunchConfig,
+    PushKernelArg,
+};
+use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Element, Error, Result, Scratch};
+
+use crate::format::{
+    ChunkFault, CodecOptions, HEADER_WORDS, Scheme, ValueType, directory_words, header_words,
+    raw_chunk_words,
+};
+use crate::host::{sign_flip, validate_streams};
+use crate::{check_bounds, check_ranges, value_bounds};
+
+static KERNELS: joinkit_cuda::KernelModule = joinkit_cuda::kernel_module!();
+
+/// Threads per block of the chunk kernels (chunks of fewer values use one thread per value).
+const CHUNK_BLOCK: u32 = 512;
+/// Static shared memory of the chunk kernels, rounded up (ptxas reports 960 bytes).
+const STATIC_SHARED: usize = 1024;
+
+fn driver(op: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| Error::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
+}
+
+/// Device scratch of the compressor: the chunk slots, and CUB's temporary storage for the scan.
+/// Reuse one across calls so steady-state compression allocates nothing large.
+#[derive(Debug, Default)]
+pub struct CodecScratch {
+    slots: Scratch,
+    cub: Scratch,
+}
+
+impl CodecScratch {
+    /// Empty scratch; the first call allocates.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Launch shape of a chunk kernel: one block per chunk (grid-stride over chunks, as many
+/// blocks as fit on the device), shared memory for two value buffers and one index buffer.
+fn chunk_config(
+    backend: &CudaBackend,
+    f: &CudaFunction,
+    cv: u32,
+    value_bytes: usize,
+    chunks: u64,
+) -> Result<LaunchConfig> {
+    let block = cv.min(CHUNK_BLOCK);
+    let smem = cv as usize * (2 * value_bytes + 4);
+    let info = backend.info();
+    if smem + STATIC_SHARED > info.max_shared_per_block_optin as usize {
+        return Err(Error::InvalidArgument(format!(
+            "chunks of {cv} values need {smem} bytes of shared memory; the device offers {}",
+            info.max_shared_per_block_optin
+        )));
+    }
+    if smem > 48 * 1024 {
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .map_err(driver("allowing dynamic shared memory"))?;
+    }
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(block, smem, None)
+        .map_err(driver("reading kernel occupancy"))?
+        .max(1);
+    let grid = (u64::from(info.sm_count.max(1)) * u64::from(per_sm))
+        .min(chunks)
+        .max(1);
+    Ok(LaunchConfig {
+        grid_dim: (grid as u32, 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: smem as u32,
+    })
+}
+
+/// Launches `codec_copy_segments`: `(source, destination, count)` word triples.
+fn copy_segments(backend: &CudaBackend, src: u64, segs: &[u64], dst: u64) -> Result<()> {
+    let nseg = (segs.len() / 3) as u64;
+    if nseg == 0 {
+        return Ok(());
+    }
+    let segs_dev = backend.upload(segs)?;
+    let f = backend.function(&KERNELS, "codec_copy_segments")?;
+    let cfg = backend.grid_stride_config((nseg as usize).saturating_mul(128), 128);
+    let sp = segs_dev.device_ptr();
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&src).arg(&sp).arg(&nseg).arg(&dst);
+    // SAFETY: every triple was built by this module to lie inside `src` and `dst`; `segs_dev`
+    // lives until the launch is queued and is freed stream-ordered after it.
+    unsafe { b.launch(cfg) }
+        .map(|_| ())
+        .map_err(driver("launching codec_copy_segments"))
+}
+
+/// Copies `view[r]` to the host (synchronizes).
+///
+/// # Errors
+/// Driver errors.
+pub fn download_range<T: Element>(
+    backend: &CudaBackend,
+    view: &CudaView<'_, T>,
+    r: Range<usize>,
+) -> Result<Vec<T>> {
+    let mut host = vec![T::default(); r.len()];
+    if !r.is_empty() {
+        backend
+            .stream()
+            .memcpy_dtoh(&view.slice(r), &mut host)
+            .map_err(driver("copying to the host"))?;
+        backend
+            .stream()
+            .synchronize()
+            .map_err(driver("synchronizing"))?;
+    }
+    Ok(host)
+}
+
+/// Downloads a device buffer (synchronizes).
+fn fetch(backend: &CudaBackend, buf: &DeviceBuffer<u64>) -> Result<Vec<u64>> {
+    backend.download(buf)
+}
+
+/// What [`plan_compress`] found: the output size and each stream's range; pass it to
+/// [`finish_compress`].
+#[derive(Debug)]
+pub struct CompressPlan<'s> {
+    words: usize,
+    ranges: Vec<Range<usize>>,
+    chunks: u64,
+    nbuf: u32,
+    slot_words: u64,
+    slots: u64,
+    sizes: DeviceBuffer<u64>,
+    pos: DeviceBuffer<u64>,
+    chunk_base: DeviceBuffer<u64>,
+    starts: DeviceBuffer<u64>,
+    headers: DeviceBuffer<u64>,
+    segs: Vec<u64>,
+    _scratch: &'s CodecScratch,
+}
+
+impl CompressPlan<'_> {
+    /// Words the output needs.
+    pub fn words(&self) -> usize {
+        self.words
+    }
+    /// Each stream's word range in the output.
+    pub fn ranges(&self) -> &[Range<usize>] {
+        &self.ranges
+    }
+}
+
+/// Pass 1 of compression: encodes every chunk of the buffers `input[bounds[k]..bounds[k+1]]`
+/// into slots of `scratch` with one fused launch, scans the chunk sizes (CUB) and reads the
+/// stream sizes back (synchronizes once).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for bad bounds or options; allocation and driver errors.
+pub fn plan_compress<'s, T: Element>(
+    backend: &CudaBackend,
+    input: &CudaView<'_, T>,
+    bounds: &[usize],
+    scheme: &Scheme,
+    options: &CodecOptions,
+    scratch: &'s mut CodecScratch,
+) -> Result<CompressPlan<'s>> {
+    options.check()?;
+    check_bounds(bounds, input.len())?;
+    let cv = options.chunk_values;
+    let nbuf = bounds.len() - 1;
+    let nbuf32 =
+        u32::try_from(nbuf).map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
+    let mut chunk_base = Vec::with_capacity(nbuf + 1);
+    let mut desc = Vec::with_capacity(4 * nbuf);
+    let mut g = 0u64;
+    for w in bounds.windows(2) {
+        chunk_base.push(g);
+        let n = (w[1] - w[0]) as u64;
+        desc.extend([w[0] as u64, n, 0, 0]);
+        g += n.div_ceil(u64::from(cv));
+    }
+    chunk_base.push(g);
+    let chunks = g;
+    let slot_words = raw_chunk_words(u64::from(cv), T::BITS);
+    let slot_bytes = chunks
+        .checked_mul(slot_words * 8)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or(Error::SizeOverflow("compression slots"))?;
+    let slots = scratch.slots.reserve(backend, slot_bytes)?;
+    let g_len = usize::try_from(chunks + 1).map_err(|_| Error::SizeOverflow("chunk count"))?;
+    let mut sizes = backend.alloc::<u64>(g_len)?;
+    backend.fill(&mut sizes, 0)?;
+    let mut pos = backend.alloc::<u64>(g_len)?;
+    let chunk_base_dev = backend.upload(&chunk_base)?;
+    let desc_dev = backend.upload(&desc.max_len1())?;
+
+    if chunks > 0 {
+        let name = if T::BITS == 32 {
+            "codec_encode_u32"
+        } else {
+            "codec_encode_u64"
+        };
+        let f = backend.function(&KERNELS, name)?;
+        let cfg = chunk_config(backend, &f, cv, T::BITS as usize / 8, chunks)?;
+        let inp = input.device_ptr(backend.stream()).0;
+        let (dp, cb, sz) = (
+            desc_dev.device_ptr(),
+            chunk_base_dev.device_ptr(),
+            sizes.device_ptr(),
+        );
+        let (layers, nl) = (scheme.word(), scheme.layers().len() as u32);
+        let signed = u32::from(sign_flip::<T>() != 0);
+        let mut b = backend.stream().launch_builder(&f);
+        b.arg(&inp)
+            .arg(&dp)
+            .arg(&cb)
+            .arg(&nbuf32)
+            .arg(&chunks)
+            .arg(&cv);
+        b.arg(&layers)
+            .arg(&nl)
+            .arg(&signed)
+            .arg(&slots)
+            .arg(&slot_words);
+        b.arg(&sz);
+        // SAFETY: `desc` and `chunk_base` describe buffers inside `input` (bounds checked);
+        // the slots hold `chunks * slot_words` words (reserved above) and each block writes at
+        // most `slot_words` words of its own slot (a raw chunk is the largest); `sizes` holds
+        // `chunks + 1` words.
+        unsafe { b.launch(cfg) }.map_err(driver("launching codec_encode"))?;
+    }
+    joinkit_primitives::cuda::exclusive_sum(
+        backend,
+        &sizes.view(),
+        &mut pos.view_mut(),
+        &mut scratch.cub,
+    )?;
+    // Scanned position of each buffer's first chunk (and the end).
+    let segs: Vec<u64> = chunk_base
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &c)| [c, k as u64, 1])
+        .collect();
+    let bpos_dev = backend.alloc::<u64>(nbuf + 1)?;
+    copy_segments(backend, pos.device_ptr(), &segs, bpos_dev.device_ptr())?;
+    let bpos = fetch(backend, &bpos_dev)?;
+
+    let vtype = ValueType::of::<T>();
+    let mut ranges = Vec::with_capacity(nbuf);
+    let mut starts = Vec::with_capacity(nbuf);
+    let mut headers = Vec::with_capacity(9 * nbuf);
+    let mut segs = Vec::with_capacity(6 * nbuf);
+    let mut at = 0u64;
+    for k in 0..nbuf {
+        let c = chunk_base[k + 1] - chunk_base[k];
+        let total = directory_words(c) + (bpos[k + 1] - bpos[k]);
+        let n = desc[4 * k + 1];
+        headers.extend(header_words(vtype, scheme, n, cv, total));
+        headers.push(total);
+        let h = 9 * k as u64;
+        segs.extend([
+            h,
+            at,
+            HEADER_WORDS as u64,
+            h + 8,
+            at + HEADER_WORDS as u64 + c,
+            1,
+        ]);
+        starts.push(at);
+        let end = at + total;
+        ranges.push(at as usize..end as usize);
+        at = end;
+    }
+    let words = usize::try_from(at).map_err(|_| Error::SizeOverflow("compressed size"))?;
+    Ok(CompressPlan {
+        words,
+        ranges,
+        chunks,
+        nbuf: nbuf32,
+        slot_words,
+        slots,
+        sizes,
+        pos,
+        chunk_base: chunk_base_dev,
+        starts: backend.upload(&starts.max_len1())?,
+        headers: backend.upload(&headers.max_len1())?,
+        segs,
+        _scratch: scratch,
+    })
+}
+
+/// A vector with at least one element (device buffers of length 0 are fine, but uploads of
+/// nothing are pointless work; kernels never read the padding).
+trait MaxLen1 {
+    fn max_len1(&self) -> Vec<u64>;
+}
+impl MaxLen1 for Vec<u64> {
+    fn max_len1(&self) -> Vec<u64> {
+        if self.is_empty() {
+            vec![0]
+        } else {
+            self.clone()
+        }
+    }
+}
+
+/// Pass 2 of compression: moves the chunks into `out` (exactly [`CompressPlan::words`] words)
+/// and writes the stream headers and offsets. Queued, not synchronized. Returns each stream's
+/// range in `out`.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `out` has another length; driver errors.
+pub fn finish_compress(
+    backend: &CudaBackend,
+    plan: &CompressPlan<'_>,
+    out: &mut CudaViewMut<'_, u64>,
+) -> Result<Vec<Range<usize>>> {
+    Error::check_len("compressed output", out.len(), plan.words)?;
+    let op = out.device_ptr_mut(backend.stream()).0;
+    if plan.chunks > 0 {
+        let f = backend.function(&KERNELS, "codec_compact")?;
+        let cfg = backend.grid_stride_config((plan.chunks as usize).saturating_mul(256), 256);
+        let (sz, ps, cb, st) = (
+            plan.sizes.device_ptr(),
+            plan.pos.device_ptr(),
+            plan.chunk_base.device_ptr(),
+            plan.starts.device_ptr(),
+        );
+        let mut b = backend.stream().launch_builder(&f);
+        b.arg(&plan.slots)
+            .arg(&plan.slot_words)
+            .arg(&sz)
+            .arg(&ps)
+            .arg(&cb)
+            .arg(&st);
+        b.arg(&plan.nbuf).arg(&plan.chunks).arg(&op);
+        // SAFETY: sizes, positions and stream starts come from pass 1 of this plan, so every
+        // chunk lands inside its stream's range of `out` (whose length was checked); the slots
+        // are still reserved (the plan borrows the scratch).
+        unsafe { b.launch(cfg) }.map_err(driver("launching codec_compact"))?;
+    }
+    copy_segments(backend, plan.headers.device_ptr(), &plan.segs, op)?;
+    Ok(plan.ranges.clone())
+}
+
+/// What [`plan_decompress`] validated; pass it to [`finish_decompress`].
+#[derive(Debug)]
+pub struct DecompressPlan {
+    bounds: Vec<usize>,
+    chunk_base: Vec<u64>,
+    chunk_base_dev: DeviceBuffer<u64>,
+    desc: DeviceBuffer<u64>,
+    chunks: u64,
+    chunk_values: u32,
+    encoded_len: usize,
+    single: bool,
+    bits: u32,
+    signed: bool,
+}
+
+impl DecompressPlan {
+    /// Values the output needs.
+    pub fn values(&self) -> usize {
+        self.bounds[self.bounds.len() - 1]
+    }
+    /// Bounds of each stream's values in the output.
+    pub fn bounds(&self) -> &[usize] {
+        &self.bounds
+    }
+}
+
+/// Reads the headers and offset tables of the streams `ranges` of `encoded` back and validates
+/// them on the host (synchronizes). `single` names errors as for one stream (no buffer index).
+///
+/// # Errors
+/// [`Error::Corrupt`] for a bad header or offset table; [`Error::InvalidArgument`] for ranges
+/// outside `encoded`, another type than `T` or mixed chunk sizes; driver errors.
+pub fn plan_decompress<T: Element>(
+    backend: &CudaBackend,
+    encoded: &CudaView<'_, u64>,
+    ranges: &[Range<usize>],
+    single: bool,
+) -> Result<DecompressPlan> {
+    check_ranges(ranges, encoded.len())?;
+    let nbuf = ranges.len();
+    let enc = encoded.device_ptr(backend.stream()).0;
+    // Headers, gathered into one download.
+    let segs: Vec<u64> = ranges
+        .iter()
+        .enumerate()
+        .flat_map(|(k, r)| {
+            [
+                r.start as u64,
+                (HEADER_WORDS * k) as u64,
+                r.len().min(HEADER_WORDS) as u64,
+            ]
+        })
+        .collect();
+    let mut heads = backend.alloc::<u64>(HEADER_WORDS * nbuf)?;
+    backend.fill(&mut heads, 0)?;
+    copy_segments(backend, enc, &segs, heads.device_ptr())?;
+    let heads = fetch(backend, &heads)?;
+    let header = |k: usize| {
+        let h = &heads[HEADER_WORDS * k..HEADER_WORDS * (k + 1)];
+        (
+            &h[..ranges[k].len().min(HEADER_WORDS)],
+            ranges[k].len() as u64,
+        )
+    };
+    // Offset tables of the streams whose headers pass, gathered into a second download (the
+    // shared validation below repeats the header checks, in the order both backends use).
+    let mut segs = Vec::new();
+    let mut table_at = vec![0usize; nbuf];
+    let mut at = 0u64;
+    for (k, slot) in table_at.iter_mut().enumerate() {
+        let (h, len) = header(k);
+        if let Ok(info) = crate::host::validate_header::<T>(h, len, None) {
+            *slot = at as usize;
+            let words = info.chunks + 1;
+            segs.extend([ranges[k].start as u64 + HEADER_WORDS as u64, at, words]);
+            at += words;
+        }
+    }
+    let tables_dev = backend.alloc::<u64>(at as usize)?;
+    copy_segments(backend, enc, &segs, tables_dev.device_ptr())?;
+    let tables = fetch(backend, &tables_dev)?;
+    let infos = validate_streams::<T>(nbuf, single, header, |k, info| {
+        &tables[table_at[k]..table_at[k] + info.chunks as usize + 1]
+    })?;
+    let bounds = value_bounds(&infos)?;
+    let mut chunk_base = Vec::with_capacity(nbuf + 1);
+    let mut desc = Vec::with_capacity(8 * nbuf);
+    let mut g = 0u64;
+    for (k, info) in infos.iter().enumerate() {
+        chunk_base.push(g);
+        desc.extend([
+            ranges[k].start as u64,
+            ranges[k].len() as u64,
+            bounds[k] as u64,
+            info.values,
+            0,
+            info.scheme.word(),
+            info.scheme.layers().len() as u64,
+            0,
+        ]);
+        g += info.chunks;
+    }
+    chunk_base.push(g);
+    Ok(DecompressPlan {
+        bounds,
+        chunk_base_dev: backend.upload(&chunk_base)?,
+        chunk_base,
+        desc: backend.upload(&desc.max_len1())?,
+        chunks: g,
+        chunk_values: infos
+            .first()
+            .map_or(crate::DEFAULT_CHUNK_VALUES, |i| i.chunk_values),
+        encoded_len: encoded.len(),
+        single,
+        bits: T::BITS,
+        signed: sign_flip::<T>() != 0,
+    })
+}
+
+/// Decodes every chunk of every planned stream into `out` (exactly
+/// [`DecompressPlan::values`] values) with one fused launch, then reads the fault word back
+/// (synchronizes). `encoded` must be the stream the plan was made from. Returns the bounds of
+/// each stream's values.
+///
+/// # Errors
+/// [`Error::Corrupt`] for the first chunk (of the first stream) that fails its checks;
+/// [`Error::LengthMismatch`] for an output or stream of the wrong length;
+/// [`Error::InvalidArgument`] when `T` is not the planned type; driver errors.
+pub fn finish_decompress<T: Element>(
+    backend: &CudaBackend,
+    encoded: &CudaView<'_, u64>,
+    plan: &DecompressPlan,
+    out: &mut CudaViewMut<'_, T>,
+) -> Result<Vec<usize>> {
+    Error::check_len("decompressed output", out.len(), plan.values())?;
+    Error::check_len("planned stream", encoded.len(), plan.encoded_len)?;
+    if T::BITS != plan.bits || (sign_flip::<T>() != 0) != plan.signed {
+        return Err(Error::InvalidArgument(
+            "finish_decompress called with another type than planned".into(),
+        ));
+    }
+    if plan.chunks == 0 {
+        return Ok(plan.bounds.clone());
+    }
+    let err = backend.upload(&[u64::MAX])?;
+    let name = if T::BITS == 32 {
+        "codec_decode_u32"
+    } else {
+        "codec_decode_u64"
+    };
+    let f = backend.function(&KERNELS, name)?;
+    let cfg = chunk_config(
+        backend,
+        &f,
+        plan.chunk_values,
+        T::BITS as usize / 8,
+        plan.chunks,
+    )?;
+    let enc = encoded.device_ptr(backend.stream()).0;
+    let op = out.device_ptr_mut(backend.stream()).0;
+    let (dp, cb, ep) = (
+        plan.desc.device_ptr(),
+        plan.chunk_base_dev.device_ptr(),
+        err.device_ptr(),
+    );
+    let nbuf = (plan.chunk_base.len() - 1) as u32;
+    let signed = u32::from(plan.signed);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&enc).arg(&dp).arg(&cb).arg(&nbuf).arg(&plan.chunks);
+    b.arg(&plan.chunk_values).arg(&signed).arg(&op).arg(&ep);
+    // SAFETY: every stream's header and offset table were validated on the host against the
+    // stream's range inside `encoded` (same length as planned); the kernel re-checks each
+    // chunk's offsets, header and checksum before reading it, and writes only its chunk's
+    // values at the stream's output offset, inside `out` (length checked).
+    unsafe { b.launch(cfg) }.map_err(driver("launching codec_decode"))?;
+    let fault = fetch(backend, &err)?[0];
+    if fault != u64::MAX {
+        let g = fault >> 8;
+        let k = plan.chunk_base.partition_point(|&c| c <= g) - 1;
+        let c = g - plan.chunk_base[k];
+        let f = ChunkFault::from_code((fault & 0xff) as u8);
+        return Err(f.error((!plan.single).then_some(k), c));
+    }
+    Ok(plan.bounds.clone())
+}
