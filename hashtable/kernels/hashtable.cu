@@ -1,0 +1,282 @@
+// Hash-table kernels: build (open addressing with CAS, chaining with atomic exchange), and the
+// probe operations written once over any table view of joinkit/hashtable.cuh: count (per row
+// and per tile), retrieve (into a window of the output, by tile offsets), contains, find, mark.
+// Plus the random-access floors the benchmark compares against.
+#include <stdint.h>
+
+#include "joinkit/device.cuh"
+#include "joinkit/hash.cuh"
+#include "joinkit/hashtable.cuh"
+
+namespace {
+
+using joinkit::ht::RawTable;
+
+// Probe tiles: a block handles kTile consecutive probe rows (kItems rounds of kBlock rows),
+// so matches can be placed by (tile offset + in-tile prefix) without a per-row offset array.
+// Must match TILE_ROWS / PROBE_BLOCK in src/cuda.rs.
+constexpr unsigned kBlock = 256;
+constexpr unsigned kItems = 4;
+constexpr uint64_t kTile = static_cast<uint64_t>(kBlock) * kItems;
+
+// Sum over the block; all threads call it, thread 0 gets the result. `smem` needs one slot per
+// warp.
+__device__ __forceinline__ uint64_t block_sum(uint64_t v, uint64_t* smem) {
+  v = joinkit::warp_sum(v);
+  if (joinkit::lane_id() == 0) smem[joinkit::warp_id()] = v;
+  __syncthreads();
+  uint64_t total = 0;
+  if (threadIdx.x == 0) {
+    const unsigned warps = (blockDim.x + joinkit::kWarpSize - 1) / joinkit::kWarpSize;
+    for (unsigned w = 0; w < warps; ++w) total += smem[w];
+  }
+  __syncthreads();
+  return total;
+}
+
+template <typename Table, typename K>
+__device__ void build_open(const RawTable& raw, const K* keys, uint64_t n, uint32_t* status) {
+  const Table table(raw);
+  uint32_t local_max = 0, local_status = 0;
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride()) {
+    uint32_t probes;
+    const uint32_t s = table.insert(keys[i], static_cast<uint32_t>(i), &probes, status);
+    if (s & joinkit::ht::kStatusFull) atomicOr(status, joinkit::ht::kStatusFull);  // stop others
+    local_status |= s;
+    local_max = probes > local_max ? probes : local_max;
+  }
+  // Every thread of the (multiple-of-32) block reaches this point: full-warp reductions.
+  local_max = __reduce_max_sync(joinkit::kFullMask, local_max);
+  local_status = __reduce_or_sync(joinkit::kFullMask, local_status);
+  if (joinkit::lane_id() == 0) {
+    if (local_max) atomicMax(status + 1, local_max);
+    if (local_status) atomicOr(status, local_status);
+  }
+}
+
+template <typename K>
+__device__ void build_chained(const RawTable& raw, const K* keys, uint64_t n) {
+  const joinkit::ht::ChainedTable<K> table(raw);
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
+    table.insert(keys[i], static_cast<uint32_t>(i));
+}
+
+// counts[r] = matches of probe row r; tile_totals[t] = matches of tile t; tile_totals[tiles] = 0
+// (so an exclusive scan of tiles + 1 entries ends with the grand total).
+template <typename Table, typename K>
+__device__ void count(const RawTable& raw, const K* probe, uint64_t n, uint32_t* counts,
+                      uint64_t* tile_totals, uint64_t tiles) {
+  __shared__ uint64_t smem[joinkit::kWarpSize];
+  const Table table(raw);
+  for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    uint64_t mine = 0;
+#pragma unroll
+    for (unsigned k = 0; k < kItems; ++k) {
+      const uint64_t r = tile * kTile + k * kBlock + threadIdx.x;
+      if (r < n) {
+        uint32_t c = 0;
+        table.for_each_match(probe[r], [&](uint32_t) {
+          ++c;
+          return true;
+        });
+        counts[r] = c;
+        mine += c;
+      }
+    }
+    const uint64_t total = block_sum(mine, smem);
+    if (threadIdx.x == 0) tile_totals[tile] = total;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) tile_totals[tiles] = 0;
+}
+
+// Writes the pairs whose output positions fall in [win_lo, win_lo + win_len) to
+// out_*[position - win_lo]. Position of the j-th match of row r: tile_offsets[tile] + matches of
+// the tile's earlier rows + j. At most counts[r] matches of a row are written.
+template <typename Table, typename K>
+__device__ void retrieve(const RawTable& raw, const K* probe, uint64_t n, const uint32_t* counts,
+                         const uint64_t* tile_offsets, uint64_t tiles, uint64_t win_lo,
+                         uint64_t win_len, uint32_t* out_probe, uint32_t* out_build) {
+  __shared__ uint64_t smem[joinkit::kWarpSize + 1];
+  const Table table(raw);
+  const uint64_t win_hi = win_lo + win_len;
+  for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    uint64_t base = tile_offsets[tile];
+    const uint64_t end = tile_offsets[tile + 1];
+    if (end <= win_lo || base >= win_hi) continue;  // the same for the whole block
+    for (unsigned k = 0; k < kItems; ++k) {
+      const uint64_t r = tile * kTile + k * kBlock + threadIdx.x;
+      const uint32_t c = r < n ? counts[r] : 0;
+      uint64_t round_total;
+      const uint64_t pos =
+          base + joinkit::block_exclusive_scan<uint64_t>(c, smem, &round_total);
+      if (c != 0 && pos < win_hi && pos + c > win_lo) {
+        uint32_t j = 0;
+        table.for_each_match(probe[r], [&](uint32_t row) {
+          const uint64_t p = pos + j;
+          if (p >= win_lo && p < win_hi) {
+            out_probe[p - win_lo] = static_cast<uint32_t>(r);
+            out_build[p - win_lo] = row;
+          }
+          ++j;
+          return j < c && p + 1 < win_hi;
+        });
+      }
+      base += round_total;
+    }
+  }
+}
+
+// out[r] = 1 when probe row r has a match, else 0.
+template <typename Table, typename K>
+__device__ void contains(const RawTable& raw, const K* probe, uint64_t n, uint32_t* out) {
+  const Table table(raw);
+  for (uint64_t r = joinkit::global_thread_id(); r < n; r += joinkit::grid_stride()) {
+    uint32_t hit = 0;
+    table.for_each_match(probe[r], [&](uint32_t) {
+      hit = 1;
+      return false;
+    });
+    out[r] = hit;
+  }
+}
+
+// out[r] = the first matching build row in probe order, or kEmptyRow.
+template <typename Table, typename K>
+__device__ void find(const RawTable& raw, const K* probe, uint64_t n, uint32_t* out) {
+  const Table table(raw);
+  for (uint64_t r = joinkit::global_thread_id(); r < n; r += joinkit::grid_stride()) {
+    uint32_t found = joinkit::ht::kEmptyRow;
+    table.for_each_match(probe[r], [&](uint32_t row) {
+      found = row;
+      return false;
+    });
+    out[r] = found;
+  }
+}
+
+// flags[b] = 1 for every build row b matched by some probe row (others untouched).
+template <typename Table, typename K>
+__device__ void mark(const RawTable& raw, const K* probe, uint64_t n, uint32_t* flags) {
+  const Table table(raw);
+  for (uint64_t r = joinkit::global_thread_id(); r < n; r += joinkit::grid_stride()) {
+    table.for_each_match(probe[r], [&](uint32_t row) {
+      if (flags[row] == 0) flags[row] = 1;  // every writer stores the same value
+      return true;
+    });
+  }
+}
+
+// Random-access floors: one random 8-byte write (read) per key into (from) a table of m words,
+// at the slot a hash table would use first.
+template <typename K>
+__device__ void floor_write(const K* keys, uint64_t n, uint64_t* table, uint64_t m, uint32_t seed) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride()) {
+    const K key = keys[i];
+    table[joinkit::ht::reduce(joinkit::hash_key(key, seed), m)] =
+        static_cast<uint64_t>(key) ^ (i << 32);
+  }
+}
+
+template <typename K>
+__device__ void floor_read(const K* keys, uint64_t n, const uint64_t* table, uint64_t m,
+                           uint32_t seed, uint32_t* out) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
+    out[i] = static_cast<uint32_t>(table[joinkit::ht::reduce(joinkit::hash_key(keys[i], seed), m)]);
+}
+
+}  // namespace
+
+using joinkit::ht::ChainedTable;
+using joinkit::ht::DoubleHashing;
+using joinkit::ht::HashRowTable;
+using joinkit::ht::KeyValueTable;
+using joinkit::ht::LinearProbing;
+
+// Entry points: ht_<op>_<table>_<key>, table in kv_linear, kv_double, hr_linear, hr_double,
+// chained; key u32 or u64.
+using KvLinearU32 = KeyValueTable<uint32_t, LinearProbing>;
+using KvDoubleU32 = KeyValueTable<uint32_t, DoubleHashing>;
+using HrLinearU32 = HashRowTable<uint32_t, LinearProbing>;
+using HrDoubleU32 = HashRowTable<uint32_t, DoubleHashing>;
+using KvLinearU64 = KeyValueTable<uint64_t, LinearProbing>;
+using KvDoubleU64 = KeyValueTable<uint64_t, DoubleHashing>;
+using HrLinearU64 = HashRowTable<uint64_t, LinearProbing>;
+using HrDoubleU64 = HashRowTable<uint64_t, DoubleHashing>;
+using ChainedU32 = ChainedTable<uint32_t>;
+using ChainedU64 = ChainedTable<uint64_t>;
+
+#define JK_PROBE_OPS(NAME, TABLE, SUF, KT)                                                      \
+  extern "C" __global__ void __launch_bounds__(kBlock)                                         \
+      ht_count_##NAME##_##SUF(RawTable t, const KT* p, uint64_t n, uint32_t* counts,           \
+                              uint64_t* tile_totals, uint64_t tiles) {                         \
+    count<TABLE>(t, p, n, counts, tile_totals, tiles);                                         \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(kBlock) ht_retrieve_##NAME##_##SUF(             \
+      RawTable t, const KT* p, uint64_t n, const uint32_t* counts, const uint64_t* offsets,    \
+      uint64_t tiles, uint64_t win_lo, uint64_t win_len, uint32_t* out_probe,                  \
+      uint32_t* out_build) {                                                                   \
+    retrieve<TABLE>(t, p, n, counts, offsets, tiles, win_lo, win_len, out_probe, out_build);   \
+  }                                                                                            \
+  extern "C" __global__ void ht_contains_##NAME##_##SUF(RawTable t, const KT* p, uint64_t n,   \
+                                                        uint32_t* out) {                       \
+    contains<TABLE>(t, p, n, out);                                                             \
+  }                                                                                            \
+  extern "C" __global__ void ht_find_##NAME##_##SUF(RawTable t, const KT* p, uint64_t n,       \
+                                                    uint32_t* out) {                           \
+    find<TABLE>(t, p, n, out);                                                                 \
+  }                                                                                            \
+  extern "C" __global__ void ht_mark_##NAME##_##SUF(RawTable t, const KT* p, uint64_t n,       \
+                                                    uint32_t* flags) {                         \
+    mark<TABLE>(t, p, n, flags);                                                               \
+  }
+
+#define JK_OPEN_BUILD(NAME, TABLE, SUF, KT)                                                     \
+  extern "C" __global__ void ht_build_##NAME##_##SUF(RawTable t, const KT* keys, uint64_t n,   \
+                                                     uint32_t* status) {                       \
+    build_open<TABLE>(t, keys, n, status);                                                     \
+  }
+
+JK_OPEN_BUILD(kv_linear, KvLinearU32, u32, uint32_t)
+JK_OPEN_BUILD(kv_double, KvDoubleU32, u32, uint32_t)
+JK_OPEN_BUILD(hr_linear, HrLinearU32, u32, uint32_t)
+JK_OPEN_BUILD(hr_double, HrDoubleU32, u32, uint32_t)
+JK_OPEN_BUILD(kv_linear, KvLinearU64, u64, uint64_t)
+JK_OPEN_BUILD(kv_double, KvDoubleU64, u64, uint64_t)
+JK_OPEN_BUILD(hr_linear, HrLinearU64, u64, uint64_t)
+JK_OPEN_BUILD(hr_double, HrDoubleU64, u64, uint64_t)
+JK_PROBE_OPS(kv_linear, KvLinearU32, u32, uint32_t)
+JK_PROBE_OPS(kv_double, KvDoubleU32, u32, uint32_t)
+JK_PROBE_OPS(hr_linear, HrLinearU32, u32, uint32_t)
+JK_PROBE_OPS(hr_double, HrDoubleU32, u32, uint32_t)
+JK_PROBE_OPS(chained, ChainedU32, u32, uint32_t)
+JK_PROBE_OPS(kv_linear, KvLinearU64, u64, uint64_t)
+JK_PROBE_OPS(kv_double, KvDoubleU64, u64, uint64_t)
+JK_PROBE_OPS(hr_linear, HrLinearU64, u64, uint64_t)
+JK_PROBE_OPS(hr_double, HrDoubleU64, u64, uint64_t)
+JK_PROBE_OPS(chained, ChainedU64, u64, uint64_t)
+
+extern "C" __global__ void ht_build_chained_u32(RawTable t, const uint32_t* keys, uint64_t n) {
+  build_chained(t, keys, n);
+}
+extern "C" __global__ void ht_build_chained_u64(RawTable t, const uint64_t* keys, uint64_t n) {
+  build_chained(t, keys, n);
+}
+
+extern "C" __global__ void ht_floor_write_u32(const uint32_t* keys, uint64_t n, uint64_t* table,
+                                                 uint64_t m, uint32_t seed) {
+  floor_write(keys, n, table, m, seed);
+}
+extern "C" __global__ void ht_floor_write_u64(const uint64_t* keys, uint64_t n, uint64_t* table,
+                                                 uint64_t m, uint32_t seed) {
+  floor_write(keys, n, table, m, seed);
+}
+extern "C" __global__ void ht_floor_read_u32(const uint32_t* keys, uint64_t n,
+                                                const uint64_t* table, uint64_t m, uint32_t seed,
+                                                uint32_t* out) {
+  floor_read(keys, n, table, m, seed, out);
+}
+extern "C" __global__ void ht_floor_read_u64(const uint64_t* keys, uint64_t n,
+                                                const uint64_t* table, uint64_t m, uint32_t seed,
+                                                uint32_t* out) {
+  floor_read(keys, n, table, m, seed, out);
+}

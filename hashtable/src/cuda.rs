@@ -1,0 +1,541 @@
+//! CUDA implementation and view-level entry points for reuse inside other GPU projects.
+//!
+//! The probe operations here work on a built [`HashTable`] and on cudarc views of buffers the
+//! caller owns, queue work on the backend's stream (build a backend on your own stream with
+//! `CudaBackend::with_stream`), take caller-provided [`Scratch`] where they need any, and never
+//! synchronize. [`HashTables`] for `CudaBackend` is built on them.
+//!
+//! Probing a table from your own kernel: pass [`raw_table`]'s [`RawTable`] by value (it is
+//! `DeviceRepr`) and build the matching view of `joinkit/hashtable.cuh` from it
+//! (`joinkit::ht::KeyValueTable<K, LinearProbing>`, `HashRowTable<K, DoubleHashing>`,
+//! `ChainedTable<K>`, ...); [`device_view_type`] names the one to use. The header's folder is
+//! exported by this crate's build script as `DEP_JOINKIT_HASHTABLE_INCLUDE`: add
+//! `joinkit-hashtable` as a dependency and pass that folder (and `DEP_JOINKIT_CUDA_INCLUDE`) to
+//! nvcc with `-I`.
+
+use joinkit_cuda::cudarc::driver::{
+    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg,
+};
+use joinkit_cuda::{Backend, CudaBackend, Error, KernelModule, Key, Result, Scratch};
+
+use crate::config::{Probing, TableConfig, TableKind};
+use crate::cpu::{EMPTY_ROW, EMPTY_WORD, slot_words, status_error};
+use crate::table::{
+    HashTable, HashTables, Matches, Storage, check_probe_rows, check_retrieve, tiles,
+};
+
+pub(crate) static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
+
+/// Threads per block of the tiled count / retrieve kernels (`kBlock`); a tile is
+/// `TILE_ROWS` = 4 rounds of it.
+const PROBE_BLOCK: u32 = 256;
+
+/// A table as device code sees it (`joinkit::ht::RawTable` in `joinkit/hashtable.cuh`):
+/// device addresses as integers, sizes, the hash seed and the probe bound.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawTable {
+    /// Slot words (`uint64_t*`, open addressing) or bucket heads (`uint32_t*`, chaining).
+    pub slots: u64,
+    /// Chain array (`uint32_t*`, chaining), else 0.
+    pub next: u64,
+    /// Build key column (`const K*`).
+    pub keys: u64,
+    /// Slots (open addressing, not counting the sentinel-key slot) or buckets.
+    pub capacity: u64,
+    /// Build rows.
+    pub rows: u64,
+    /// Hash seed.
+    pub seed: u32,
+    /// Longest insert probe sequence, in slots (open addressing).
+    pub max_probe: u32,
+}
+
+// SAFETY: a repr(C) struct of integers with no padding (5 x 8 + 2 x 4 bytes), laid out as
+// `joinkit::ht::RawTable`; any bit pattern is valid.
+unsafe impl DeviceRepr for RawTable {}
+
+/// The device-side view type (in `joinkit/hashtable.cuh`, namespace `joinkit::ht`) that reads
+/// a table of this kind, for code generation or documentation: `"KeyValueTable<uint32_t,
+/// LinearProbing>"` and so on.
+pub fn device_view_type(kind: TableKind, probing: Probing, key_bits: u32) -> String {
+    let k = if key_bits == 32 {
+        "uint32_t"
+    } else {
+        "uint64_t"
+    };
+    let p = match probing {
+        Probing::Linear => "LinearProbing",
+        Probing::Double => "DoubleHashing",
+    };
+    match kind {
+        TableKind::KeyValue => format!("KeyValueTable<{k}, {p}>"),
+        TableKind::HashRow => format!("HashRowTable<{k}, {p}>"),
+        TableKind::Chained => format!("ChainedTable<{k}>"),
+    }
+}
+
+/// The table as its device views read it. Valid while `table` (and its build keys) live.
+pub fn raw_table<K: Key>(table: &HashTable<'_, CudaBackend, K>) -> RawTable {
+    let (slots, next) = match &table.storage {
+        Storage::Open(s) => (s.device_ptr(), 0),
+        Storage::Chained { heads, next } => (heads.device_ptr(), next.device_ptr()),
+    };
+    RawTable {
+        slots,
+        next,
+        keys: table.keys.device_ptr(),
+        capacity: table.capacity as u64,
+        rows: table.keys.len() as u64,
+        seed: table.seed,
+        max_probe: table.max_probe,
+    }
+}
+
+macro_rules! names {
+    ($op:literal) => {
+        [
+            [
+                concat!("ht_", $op, "_kv_linear_u32"),
+                concat!("ht_", $op, "_kv_linear_u64"),
+            ],
+            [
+                concat!("ht_", $op, "_kv_double_u32"),
+                concat!("ht_", $op, "_kv_double_u64"),
+            ],
+            [
+                concat!("ht_", $op, "_hr_linear_u32"),
+                concat!("ht_", $op, "_hr_linear_u64"),
+            ],
+            [
+                concat!("ht_", $op, "_hr_double_u32"),
+                concat!("ht_", $op, "_hr_double_u64"),
+            ],
+            [
+                concat!("ht_", $op, "_chained_u32"),
+                concat!("ht_", $op, "_chained_u64"),
+            ],
+        ]
+    };
+}
+
+type Names = [[&'static str; 2]; 5];
+const BUILD: Names = names!("build");
+const COUNT: Names = names!("count");
+const RETRIEVE: Names = names!("retrieve");
+const CONTAINS: Names = names!("contains");
+const FIND: Names = names!("find");
+const MARK: Names = names!("mark");
+
+/// The kernel of an operation for a table kind, probing and key width.
+fn kernel<K: Key>(
+    backend: &CudaBackend,
+    names: &Names,
+    kind: TableKind,
+    probing: Probing,
+) -> Result<CudaFunction> {
+    let table = match (kind, probing) {
+        (TableKind::KeyValue, Probing::Linear) => 0,
+        (TableKind::KeyValue, Probing::Double) => 1,
+        (TableKind::HashRow, Probing::Linear) => 2,
+        (TableKind::HashRow, Probing::Double) => 3,
+        (TableKind::Chained, _) => 4,
+    };
+    backend.function(&KERNELS, names[table][usize::from(K::BITS == 64)])
+}
+
+fn launch_error(e: joinkit_cuda::cudarc::driver::DriverError) -> Error {
+    Error::Driver {
+        op: "launching a hash-table kernel",
+        message: format!("{e:?}"),
+    }
+}
+
+fn ptr<T>(backend: &CudaBackend, v: &impl DevicePtr<T>) -> u64 {
+    v.device_ptr(backend.stream()).0
+}
+
+fn ptr_mut<T>(backend: &CudaBackend, v: &mut impl DevicePtrMut<T>) -> u64 {
+    v.device_ptr_mut(backend.stream()).0
+}
+
+/// Launch shape of the tiled kernels: `PROBE_BLOCK` threads, one block per tile up to a full
+/// device (blocks loop over tiles).
+fn tile_config(backend: &CudaBackend, tiles: usize) -> LaunchConfig {
+    backend.grid_stride_config(tiles.saturating_mul(PROBE_BLOCK as usize), PROBE_BLOCK)
+}
+
+/// Queues the build kernel of an open-addressing table whose slots are already empty:
+/// `status` (2 words, zeroed by the caller) gets the status bits and the longest probe.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `status` does not hold 2 words; driver errors.
+///
+/// # Safety
+/// `raw` must describe live device memory of the layout `kind`, `probing` and `K` name, with
+/// `raw.capacity` slots plus the sentinel slot for [`TableKind::KeyValue`]; `keys` must hold
+/// `raw.rows` keys.
+pub unsafe fn build_open_raw<K: Key>(
+    backend: &CudaBackend,
+    kind: TableKind,
+    probing: Probing,
+    raw: RawTable,
+    keys: &CudaView<'_, K>,
+    status: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("build status words", status.len(), 2)?;
+    if keys.is_empty() || kind == TableKind::Chained {
+        return Ok(());
+    }
+    let f = kernel::<K>(backend, &BUILD, kind, probing)?;
+    let (kp, sp, n) = (
+        ptr(backend, keys),
+        ptr_mut(backend, status),
+        keys.len() as u64,
+    );
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&raw).arg(&kp).arg(&n).arg(&sp);
+    let cfg = backend.grid_stride_config(keys.len(), 256);
+    // SAFETY: per this function's contract `raw` describes a table the kernel may write and
+    // `keys` holds n keys; `status` holds the 2 words the kernel updates.
+    unsafe { b.launch(cfg) }.map(|_| ()).map_err(launch_error)
+}
+
+/// Counts matches per probe row into `counts` and per tile into `tile_totals` (`tiles + 1`
+/// entries, the last set to 0), then scans the tile totals into `tile_offsets` (`tiles + 1`
+/// entries; the last is the grand total). Does not synchronize.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] for outputs of the wrong length; [`Error::SizeOverflow`] for more
+/// than 2^32 probe rows; CUB, allocation and driver errors.
+pub fn probe_count<K: Key>(
+    backend: &CudaBackend,
+    table: &HashTable<'_, CudaBackend, K>,
+    probe: &CudaView<'_, K>,
+    counts: &mut CudaViewMut<'_, u32>,
+    tile_totals: &mut CudaViewMut<'_, u64>,
+    tile_offsets: &mut CudaViewMut<'_, u64>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = probe.len();
+    check_probe_rows(n)?;
+    let t = tiles(n);
+    Error::check_len("match counts vs probe rows", counts.len(), n)?;
+    Error::check_len("tile totals vs tiles + 1", tile_totals.len(), t + 1)?;
+    Error::check_len("tile offsets vs tiles + 1", tile_offsets.len(), t + 1)?;
+    let f = kernel::<K>(backend, &COUNT, table.kind, table.probing)?;
+    let raw = raw_table(table);
+    let (pp, cp, tp) = (
+        ptr(backend, probe),
+        ptr_mut(backend, counts),
+        ptr_mut(backend, tile_totals),
+    );
+    let (n64, t64) = (n as u64, t as u64);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&raw).arg(&pp).arg(&n64).arg(&cp).arg(&tp).arg(&t64);
+    // SAFETY: `raw` describes the live table; the kernel reads n probe keys, writes n counts
+    // and t + 1 tile totals (lengths checked above) and runs with PROBE_BLOCK threads a block.
+    unsafe { b.launch(tile_config(backend, t)) }.map_err(launch_error)?;
+    joinkit_primitives::cuda::exclusive_sum(backend, &tile_totals.as_view(), tile_offsets, scratch)
+}
+
+/// Writes the pairs at output positions `cursor..cursor + out_probe.len()` (which must not pass
+/// the total) into `out_probe` and `out_build`. Does not synchronize.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] for inputs of the wrong length; [`Error::IndexOutOfRange`] when
+/// the window passes the total; driver errors.
+#[allow(clippy::too_many_arguments)]
+pub fn probe_retrieve<K: Key>(
+    backend: &CudaBackend,
+    table: &HashTable<'_, CudaBackend, K>,
+    probe: &CudaView<'_, K>,
+    counts: &CudaView<'_, u32>,
+    tile_offsets: &CudaView<'_, u64>,
+    total: u64,
+    cursor: u64,
+    out_probe: &mut CudaViewMut<'_, u32>,
+    out_build: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    let n = probe.len();
+    Error::check_len("probe column vs the column counted", n, counts.len())?;
+    let t = tiles(n);
+    Error::check_len("tile offsets vs tiles + 1", tile_offsets.len(), t + 1)?;
+    Error::check_len(
+        "retrieve outputs (probe vs build rows)",
+        out_probe.len(),
+        out_build.len(),
+    )?;
+    let len = out_probe.len() as u64;
+    if cursor.checked_add(len).is_none_or(|end| end > total) {
+        return Err(Error::IndexOutOfRange {
+            what: "retrieve window end (output position)",
+            index: cursor.saturating_add(len),
+            len: usize::try_from(total).unwrap_or(usize::MAX),
+        });
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let f = kernel::<K>(backend, &RETRIEVE, table.kind, table.probing)?;
+    let raw = raw_table(table);
+    let (pp, cp, op) = (
+        ptr(backend, probe),
+        ptr(backend, counts),
+        ptr(backend, tile_offsets),
+    );
+    let (ap, bp) = (ptr_mut(backend, out_probe), ptr_mut(backend, out_build));
+    let (n64, t64) = (n as u64, t as u64);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&raw).arg(&pp).arg(&n64).arg(&cp).arg(&op).arg(&t64);
+    b.arg(&cursor).arg(&len).arg(&ap).arg(&bp);
+    // SAFETY: `raw` describes the live table; the kernel reads n keys and counts and t + 1
+    // offsets, and writes only output positions inside the window, `len` entries per output
+    // (lengths checked above).
+    unsafe { b.launch(tile_config(backend, t)) }
+        .map(|_| ())
+        .map_err(launch_error)
+}
+
+/// One grid-stride probe kernel `(RawTable, const K* probe, uint64_t n, uint32_t* out)`.
+fn launch_rowwise<K: Key>(
+    backend: &CudaBackend,
+    names: &Names,
+    table: &HashTable<'_, CudaBackend, K>,
+    probe: &CudaView<'_, K>,
+    out: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    check_probe_rows(probe.len())?;
+    if probe.is_empty() {
+        return Ok(());
+    }
+    let f = kernel::<K>(backend, names, table.kind, table.probing)?;
+    let raw = raw_table(table);
+    let (pp, op, n) = (
+        ptr(backend, probe),
+        ptr_mut(backend, out),
+        probe.len() as u64,
+    );
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&raw).arg(&pp).arg(&n).arg(&op);
+    // SAFETY: `raw` describes the live table; the kernel reads n probe keys and writes `out`
+    // only at indexes the callers checked: n entries (contains, find) or build rows (mark).
+    unsafe { b.launch(backend.grid_stride_config(probe.len(), 256)) }
+        .map(|_| ())
+        .map_err(launch_error)
+}
+
+/// `out[r]` = 1 when probe row `r` has a match, else 0. Does not synchronize.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `out` does not have one entry per probe row; driver errors.
+pub fn contains<K: Key>(
+    backend: &CudaBackend,
+    table: &HashTable<'_, CudaBackend, K>,
+    probe: &CudaView<'_, K>,
+    out: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("contains output vs probe rows", out.len(), probe.len())?;
+    launch_rowwise(backend, &CONTAINS, table, probe, out)
+}
+
+/// `out[r]` = a build row matching probe row `r`, or [`crate::NOT_FOUND`]. Does not
+/// synchronize.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `out` does not have one entry per probe row; driver errors.
+pub fn find<K: Key>(
+    backend: &CudaBackend,
+    table: &HashTable<'_, CudaBackend, K>,
+    probe: &CudaView<'_, K>,
+    out: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("find output vs probe rows", out.len(), probe.len())?;
+    launch_rowwise(backend, &FIND, table, probe, out)
+}
+
+/// Sets `build_flags[b] = 1` for each build row matched by a probe row. Does not synchronize.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `build_flags` does not have one entry per build row; driver
+/// errors.
+pub fn mark_matched<K: Key>(
+    backend: &CudaBackend,
+    table: &HashTable<'_, CudaBackend, K>,
+    probe: &CudaView<'_, K>,
+    build_flags: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("build flags vs build rows", build_flags.len(), table.rows())?;
+    launch_rowwise(backend, &MARK, table, probe, build_flags)
+}
+
+/// Reads the last element of a device view (synchronizes).
+fn read_last(backend: &CudaBackend, v: &CudaView<'_, u64>) -> Result<u64> {
+    let mut host = [0u64];
+    backend
+        .stream()
+        .memcpy_dtoh(&v.slice(v.len() - 1..), &mut host)
+        .map_err(|e| Error::Driver {
+            op: "reading a match total",
+            message: format!("{e:?}"),
+        })?;
+    backend.synchronize()?;
+    Ok(host[0])
+}
+
+impl HashTables for CudaBackend {
+    fn build_table<'k, K: Key>(
+        &self,
+        keys: &'k Self::Buf<K>,
+        config: &TableConfig,
+    ) -> Result<HashTable<'k, Self, K>> {
+        let capacity = config.capacity_for(keys.len())?;
+        let (kind, probing, seed) = (config.kind(), config.probing_policy(), config.hash_seed());
+        let storage = if kind == TableKind::Chained {
+            let mut heads = self.alloc::<u32>(capacity)?;
+            self.fill(&mut heads, EMPTY_ROW)?;
+            let next = self.alloc::<u32>(keys.len())?;
+            Storage::Chained { heads, next }
+        } else {
+            let mut slots = self.alloc::<u64>(slot_words::<K>(kind, capacity)?)?;
+            self.fill(&mut slots, EMPTY_WORD)?;
+            Storage::Open(slots)
+        };
+        let mut table = HashTable {
+            storage,
+            keys,
+            kind,
+            probing,
+            capacity,
+            seed,
+            max_probe: 0,
+        };
+        if keys.is_empty() {
+            return Ok(table);
+        }
+        let raw = raw_table(&table);
+        if kind == TableKind::Chained {
+            let f = kernel::<K>(self, &BUILD, kind, probing)?;
+            let (kp, n) = (keys.device_ptr(), keys.len() as u64);
+            let mut b = self.stream().launch_builder(&f);
+            b.arg(&raw).arg(&kp).arg(&n);
+            // SAFETY: `raw` holds `capacity` heads and one chain entry per key; the kernel
+            // reads n keys and writes heads and next[0..n].
+            unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }.map_err(launch_error)?;
+            return Ok(table);
+        }
+        let mut status = self.upload(&[0u32, 0])?;
+        // SAFETY: `raw` describes the slots just allocated and emptied for this kind, probing
+        // and key width (with the sentinel slot), and the build keys.
+        unsafe {
+            build_open_raw(
+                self,
+                kind,
+                probing,
+                raw,
+                &keys.view(),
+                &mut status.view_mut(),
+            )?;
+        }
+        let status = self.download(&status)?;
+        status_error(status[0], capacity, keys.len())?;
+        table.max_probe = status[1];
+        Ok(table)
+    }
+
+    fn probe_count<K: Key>(
+        &self,
+        table: &HashTable<'_, Self, K>,
+        probe: &Self::Buf<K>,
+    ) -> Result<Matches<Self>> {
+        check_probe_rows(probe.len())?;
+        let t = tiles(probe.len());
+        let mut counts = self.alloc::<u32>(probe.len())?;
+        let mut tile_totals = self.alloc::<u64>(t + 1)?;
+        let mut tile_offsets = self.alloc::<u64>(t + 1)?;
+        let mut scratch = Scratch::new();
+        probe_count(
+            self,
+            table,
+            &probe.view(),
+            &mut counts.view_mut(),
+            &mut tile_totals.view_mut(),
+            &mut tile_offsets.view_mut(),
+            &mut scratch,
+        )?;
+        let total = read_last(self, &tile_offsets.view())?;
+        Ok(Matches {
+            counts,
+            tile_offsets,
+            total,
+        })
+    }
+
+    fn probe_retrieve_chunk<K: Key>(
+        &self,
+        table: &HashTable<'_, Self, K>,
+        probe: &Self::Buf<K>,
+        matches: &Matches<Self>,
+        cursor: u64,
+        out_probe: &mut Self::Buf<u32>,
+        out_build: &mut Self::Buf<u32>,
+    ) -> Result<u64> {
+        let n = check_retrieve(
+            probe.len(),
+            matches.probe_rows(),
+            matches.total,
+            cursor,
+            out_probe.len(),
+            out_build.len(),
+        )?;
+        if n > 0 {
+            let len = n as usize;
+            probe_retrieve(
+                self,
+                table,
+                &probe.view(),
+                &matches.counts.view(),
+                &matches.tile_offsets.view(),
+                matches.total,
+                cursor,
+                &mut out_probe.view_mut().slice_mut(..len),
+                &mut out_build.view_mut().slice_mut(..len),
+            )?;
+        }
+        Ok(n)
+    }
+
+    fn contains<K: Key>(
+        &self,
+        table: &HashTable<'_, Self, K>,
+        probe: &Self::Buf<K>,
+    ) -> Result<Self::Buf<u32>> {
+        check_probe_rows(probe.len())?;
+        let mut out = self.alloc::<u32>(probe.len())?;
+        contains(self, table, &probe.view(), &mut out.view_mut())?;
+        Ok(out)
+    }
+
+    fn find<K: Key>(
+        &self,
+        table: &HashTable<'_, Self, K>,
+        probe: &Self::Buf<K>,
+    ) -> Result<Self::Buf<u32>> {
+        check_probe_rows(probe.len())?;
+        let mut out = self.alloc::<u32>(probe.len())?;
+        find(self, table, &probe.view(), &mut out.view_mut())?;
+        Ok(out)
+    }
+
+    fn mark_matched<K: Key>(
+        &self,
+        table: &HashTable<'_, Self, K>,
+        probe: &Self::Buf<K>,
+        build_flags: &mut Self::Buf<u32>,
+    ) -> Result<()> {
+        Error::check_len("build flags vs build rows", build_flags.len(), table.rows())?;
+        check_probe_rows(probe.len())?;
+        mark_matched(self, table, &probe.view(), &mut build_flags.view_mut())
+    }
+}
