@@ -2,16 +2,666 @@
 //! of buffers the caller owns, queue work on the backend's stream (build one on your own stream
 //! with `CudaBackend::with_stream`), take caller-provided [`Scratch`] and never synchronize.
 //!
-//! Lengths and bit ranges are checked; the caller guarantees the views do not overlap.
+//! Lengths and bit ranges are checked; the caller guarantees the views do not overlap. Kernels
+//! never read or write outside the views they are given, whatever the data: index-driven
+//! kernels (gather, scatter, compaction, expansion) compare every index against its target's
+//! length and record the first bad input position in a [`BoundsCheck`] the caller reads when
+//! it chooses to synchronize.
+//!
+//! `cub_sys` is re-exported for callers (benchmarks) that want CUB without joinkit's wrappers.
 
 use std::ffi::c_void;
 use std::ops::Range;
 
+pub use cub_sys;
 use cub_sys::cubsys_status;
-use joinkit_cuda::cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
-use joinkit_cuda::{CudaBackend, Element, Error, Key, Result, Scratch};
+use joinkit_cuda::cudarc::driver::{
+    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg,
+};
+use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Element, Error, Key, Result, Scratch};
 
 use crate::scan::Summable;
+
+/// This crate's kernels (`kernels/*.cu`).
+static KERNELS: joinkit_cuda::KernelModule = joinkit_cuda::kernel_module!();
+
+/// Threads per block of the tiled kernels (`jkp::kBlock`).
+const BLOCK: u32 = 256;
+/// Elements per tile of the tiled kernels (`jkp::kTile`).
+pub const TILE: usize = 2048;
+/// Columns one multi-column launch handles (`jkp::kMaxCols`); more columns take more launches,
+/// each reading the map or flags again.
+pub const MAX_COLUMNS: usize = 8;
+/// Shared-memory window of the clustered gather path, in elements: a tile whose indices span
+/// fewer than this many source elements (twice the tile, so at least half the staged elements
+/// are used) is staged through shared memory.
+pub const GATHER_WINDOW: usize = 2 * TILE;
+
+/// Column addresses passed to a kernel by value (mirrors `jkp::ColumnPtrs`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ColumnPtrs {
+    src: [u64; MAX_COLUMNS],
+    out: [u64; MAX_COLUMNS],
+}
+
+// SAFETY: plain old data (16 device addresses) with the layout of `jkp::ColumnPtrs`, which the
+// kernels take by value.
+unsafe impl DeviceRepr for ColumnPtrs {}
+
+fn launch_error(op: &'static str) -> impl Fn(joinkit_cuda::cudarc::driver::DriverError) -> Error {
+    move |e| Error::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
+}
+
+/// The kernel of `names` (`[u32_u32, u32_u64, u64_u32, u64_u64]`) for two type widths.
+fn typed2(names: [&'static str; 4], a: u32, b: u32) -> &'static str {
+    names[usize::from(a == 64) * 2 + usize::from(b == 64)]
+}
+
+/// The kernel of `names` (`[u32, u64]`) for a type width.
+fn typed1(names: [&'static str; 2], a: u32) -> &'static str {
+    names[usize::from(a == 64)]
+}
+
+/// A persistent-block launch for `tiles` tiles: as many blocks as the device keeps resident
+/// (SM count times the kernel's occupancy at `smem` bytes of dynamic shared memory), no more
+/// than there are tiles.
+fn tiled_config(
+    backend: &CudaBackend,
+    f: &CudaFunction,
+    tiles: u64,
+    smem: u32,
+) -> Result<LaunchConfig> {
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(BLOCK, smem as usize, None)
+        .map_err(launch_error("reading kernel occupancy"))?
+        .max(1);
+    let resident = u64::from(backend.info().sm_count.max(1)) * u64::from(per_sm);
+    Ok(LaunchConfig {
+        grid_dim: (resident.min(tiles).max(1) as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: smem,
+    })
+}
+
+fn tiles_of(n: usize) -> u64 {
+    (n as u64).div_ceil(TILE as u64)
+}
+
+/// Whether every address is 16-byte aligned (the kernels' vector path).
+fn aligned(addresses: &[u64]) -> i32 {
+    i32::from(addresses.iter().all(|a| a % 16 == 0))
+}
+
+/// Reads element `i` of a view back to the host (synchronizes the stream).
+pub(crate) fn read_at<T: Element>(
+    backend: &CudaBackend,
+    view: &CudaView<'_, T>,
+    i: usize,
+) -> Result<T> {
+    let mut host = [T::default()];
+    backend
+        .stream()
+        .memcpy_dtoh(&view.slice(i..i + 1), &mut host)
+        .map_err(launch_error("copying to the host"))?;
+    backend.synchronize()?;
+    Ok(host[0])
+}
+
+/// A device status word that index-driven kernels record bad input positions in: the first
+/// (smallest) bad position wins, so both backends report the same element. Reading it back
+/// ([`BoundsCheck::take`]) synchronizes the stream; not reading it costs nothing beyond one
+/// compare per element in the kernels, which never touch memory outside their views anyway.
+#[derive(Debug)]
+pub struct BoundsCheck {
+    word: DeviceBuffer<u64>,
+}
+
+impl BoundsCheck {
+    /// A status word with nothing recorded.
+    ///
+    /// # Errors
+    /// Allocation and driver errors.
+    pub fn new(backend: &CudaBackend) -> Result<Self> {
+        let mut word = backend.alloc::<u64>(1)?;
+        backend.fill(&mut word, u64::MAX)?;
+        Ok(Self { word })
+    }
+
+    fn ptr(&self) -> u64 {
+        self.word.device_ptr()
+    }
+
+    /// The first bad input position recorded since creation or the last `take`, and clears
+    /// it. Waits for the stream.
+    ///
+    /// # Errors
+    /// Driver errors (including ones from earlier asynchronous launches).
+    pub fn take(&mut self, backend: &CudaBackend) -> Result<Option<u64>> {
+        let v = backend.download(&self.word)?[0];
+        if v == u64::MAX {
+            return Ok(None);
+        }
+        backend.fill(&mut self.word, u64::MAX)?;
+        Ok(Some(v))
+    }
+
+    /// [`BoundsCheck::take`], turned into [`Error::IndexOutOfRange`] naming the offending index
+    /// of `map` (read back from the device) and the indexed length `len`.
+    pub(crate) fn take_index_error<I: Key>(
+        &mut self,
+        backend: &CudaBackend,
+        what: &'static str,
+        map: &CudaView<'_, I>,
+        len: usize,
+    ) -> Result<()> {
+        match self.take(backend)? {
+            None => Ok(()),
+            Some(pos) => Err(Error::IndexOutOfRange {
+                what,
+                index: read_at(backend, map, pos as usize)?.to_u64(),
+                len,
+            }),
+        }
+    }
+}
+
+/// Which gather kernel path a launch may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GatherPath {
+    /// Per tile: stage the source through shared memory when the tile's indices are clustered
+    /// (span < [`GATHER_WINDOW`]), else gather from global memory. Always correct.
+    #[default]
+    Auto,
+    /// Always gather from global memory (for measurements).
+    Direct,
+}
+
+/// `outs[c][i] = srcs[c][map[i]]` for every column `c`, reading each map element once per
+/// [`MAX_COLUMNS`] columns: 16-byte map loads and output stores where the addresses allow,
+/// eight independent loads in flight per thread, and per tile the clustered shared-memory path
+/// (see [`GatherPath`]). Out-of-range map entries are recorded in `check` and get 0.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when the columns differ in length, when there are not as many
+/// outputs as sources, or an output's length differs from the map's; driver errors.
+pub fn gather_columns<T: Element, I: Key>(
+    backend: &CudaBackend,
+    srcs: &[CudaView<'_, T>],
+    map: &CudaView<'_, I>,
+    outs: &mut [CudaViewMut<'_, T>],
+    path: GatherPath,
+    check: &mut BoundsCheck,
+) -> Result<()> {
+    Error::check_len("gather columns vs outputs", srcs.len(), outs.len())?;
+    let src_len = srcs.first().map_or(0, CudaView::len);
+    for s in srcs {
+        Error::check_len("gather source columns", src_len, s.len())?;
+    }
+    for o in outs.iter() {
+        Error::check_len("gather map vs output", map.len(), o.len())?;
+    }
+    if map.is_empty() {
+        return Ok(());
+    }
+    let f = backend.function(
+        &KERNELS,
+        typed2(
+            [
+                "gather_u32_u32",
+                "gather_u32_u64",
+                "gather_u64_u32",
+                "gather_u64_u64",
+            ],
+            T::BITS,
+            I::BITS,
+        ),
+    )?;
+    let window = match path {
+        GatherPath::Auto => GATHER_WINDOW as u64,
+        GatherPath::Direct => 0,
+    };
+    let smem = (window as usize * std::mem::size_of::<T>()) as u32;
+    let cfg = tiled_config(backend, &f, tiles_of(map.len()), smem)?;
+    let map_ptr = ptr(backend, map);
+    let (n, src_len, status) = (map.len() as u64, src_len as u64, check.ptr());
+    // Zero columns still run once: the launch checks the map.
+    let groups = srcs.len().div_ceil(MAX_COLUMNS).max(1);
+    for g in 0..groups {
+        let range = (g * MAX_COLUMNS).min(srcs.len())..((g + 1) * MAX_COLUMNS).min(srcs.len());
+        let mut cols = ColumnPtrs::default();
+        let mut addresses = vec![map_ptr];
+        for (slot, c) in range.clone().enumerate() {
+            cols.src[slot] = ptr(backend, &srcs[c]);
+            cols.out[slot] = ptr_mut(backend, &mut outs[c]);
+            addresses.push(cols.out[slot]);
+        }
+        let ncols = range.len() as i32;
+        let vector = aligned(&addresses);
+        let mut b = backend.stream().launch_builder(&f);
+        b.arg(&cols)
+            .arg(&ncols)
+            .arg(&src_len)
+            .arg(&map_ptr)
+            .arg(&n)
+            .arg(&vector)
+            .arg(&window)
+            .arg(&status);
+        // SAFETY: the kernel reads n map entries, src_len elements of each of the ncols source
+        // columns (only at indices it has checked against src_len) and writes n elements of each
+        // output; all lengths were checked above. `smem` bytes of dynamic shared memory hold
+        // the window of `window` elements of T.
+        unsafe { b.launch(cfg) }.map_err(launch_error("launching gather"))?;
+    }
+    Ok(())
+}
+
+/// `out[i] = src[map[i]]` (one column of [`gather_columns`], [`GatherPath::Auto`]).
+///
+/// # Errors
+/// As [`gather_columns`].
+pub fn gather<T: Element, I: Key>(
+    backend: &CudaBackend,
+    src: &CudaView<'_, T>,
+    map: &CudaView<'_, I>,
+    out: &mut CudaViewMut<'_, T>,
+    check: &mut BoundsCheck,
+) -> Result<()> {
+    gather_columns(
+        backend,
+        std::slice::from_ref(src),
+        map,
+        std::slice::from_mut(out),
+        GatherPath::Auto,
+        check,
+    )
+}
+
+/// `out[map[i]] = src[i]`: the inverse of [`gather`] for a permutation. Out-of-range map entries
+/// are recorded in `check` and not written. With duplicate targets, which source lands is
+/// unspecified.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `src` and `map` differ in length; driver errors.
+pub fn scatter<T: Element, I: Key>(
+    backend: &CudaBackend,
+    src: &CudaView<'_, T>,
+    map: &CudaView<'_, I>,
+    out: &mut CudaViewMut<'_, T>,
+    check: &mut BoundsCheck,
+) -> Result<()> {
+    Error::check_len("scatter source vs map", src.len(), map.len())?;
+    if map.is_empty() {
+        return Ok(());
+    }
+    let f = backend.function(
+        &KERNELS,
+        typed2(
+            [
+                "scatter_u32_u32",
+                "scatter_u32_u64",
+                "scatter_u64_u32",
+                "scatter_u64_u64",
+            ],
+            T::BITS,
+            I::BITS,
+        ),
+    )?;
+    let cfg = tiled_config(backend, &f, tiles_of(map.len()), 0)?;
+    let (sp, mp, op) = (ptr(backend, src), ptr(backend, map), ptr_mut(backend, out));
+    let (n, out_len, status) = (map.len() as u64, out.len() as u64, check.ptr());
+    let vector = aligned(&[sp, mp]);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&sp)
+        .arg(&mp)
+        .arg(&n)
+        .arg(&op)
+        .arg(&out_len)
+        .arg(&vector)
+        .arg(&status);
+    // SAFETY: reads n elements of src and map (lengths checked), writes `out` only at indices
+    // below out_len.
+    unsafe { b.launch(cfg) }.map_err(launch_error("launching scatter"))?;
+    Ok(())
+}
+
+/// Length of the per-tile offsets array the compaction functions use for `n` flags: one entry
+/// per tile of [`TILE`] flags, plus one for the total.
+pub fn compaction_offsets_len(n: usize) -> usize {
+    tiles_of(n) as usize + 1
+}
+
+/// First step of compaction: per-tile counts of non-zero `flags`, scanned into
+/// `tile_offsets` ([`compaction_offsets_len`] entries). The number of kept rows lands in the
+/// last entry (read it back to size outputs).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `tile_offsets` has the wrong length; CUB, allocation and
+/// driver errors.
+pub fn compaction_offsets(
+    backend: &CudaBackend,
+    flags: &CudaView<'_, u32>,
+    tile_offsets: &mut CudaViewMut<'_, u64>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = flags.len();
+    Error::check_len(
+        "compaction offsets",
+        compaction_offsets_len(n),
+        tile_offsets.len(),
+    )?;
+    let f = backend.function(&KERNELS, "flag_counts_u32")?;
+    let cfg = tiled_config(backend, &f, tiles_of(n), 0)?;
+    let (fp, op) = (ptr(backend, flags), ptr_mut(backend, tile_offsets));
+    let (n64, vector) = (n as u64, aligned(&[ptr(backend, flags)]));
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&fp).arg(&n64).arg(&vector).arg(&op);
+    // SAFETY: reads n flags, writes tiles + 1 counts (the length checked above).
+    unsafe { b.launch(cfg) }.map_err(launch_error("launching flag counts"))?;
+    exclusive_sum_raw::<u64>(backend, op, op, tile_offsets.len(), scratch)
+}
+
+/// Stable compaction of columns: the rows of `srcs` whose flag is non-zero, in order, into
+/// `outs`, given [`compaction_offsets`] of the same flags. Rows past an output's length are
+/// not written; the first such row is recorded in `check`.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] for columns whose length differs from the flags', a count of
+/// outputs different from the sources', or offsets of the wrong length; driver errors.
+pub fn compact_columns<T: Element>(
+    backend: &CudaBackend,
+    flags: &CudaView<'_, u32>,
+    tile_offsets: &CudaView<'_, u64>,
+    srcs: &[CudaView<'_, T>],
+    outs: &mut [CudaViewMut<'_, T>],
+    check: &mut BoundsCheck,
+) -> Result<()> {
+    let n = flags.len();
+    Error::check_len("compaction columns vs outputs", srcs.len(), outs.len())?;
+    Error::check_len(
+        "compaction offsets",
+        compaction_offsets_len(n),
+        tile_offsets.len(),
+    )?;
+    for s in srcs {
+        Error::check_len("compaction column vs flags", n, s.len())?;
+    }
+    if n == 0 || srcs.is_empty() {
+        return Ok(());
+    }
+    let f = backend.function(&KERNELS, typed1(["compact_u32", "compact_u64"], T::BITS))?;
+    let cfg = tiled_config(backend, &f, tiles_of(n), 0)?;
+    let (fp, offp, status) = (ptr(backend, flags), ptr(backend, tile_offsets), check.ptr());
+    let n64 = n as u64;
+    for g in 0..srcs.len().div_ceil(MAX_COLUMNS) {
+        let range = g * MAX_COLUMNS..((g + 1) * MAX_COLUMNS).min(srcs.len());
+        let mut cols = ColumnPtrs::default();
+        let mut addresses = vec![fp];
+        let mut out_len = u64::MAX;
+        for (slot, c) in range.clone().enumerate() {
+            cols.src[slot] = ptr(backend, &srcs[c]);
+            cols.out[slot] = ptr_mut(backend, &mut outs[c]);
+            addresses.push(cols.src[slot]);
+            out_len = out_len.min(outs[c].len() as u64);
+        }
+        let (ncols, vector) = (range.len() as i32, aligned(&addresses));
+        let mut b = backend.stream().launch_builder(&f);
+        b.arg(&cols)
+            .arg(&ncols)
+            .arg(&fp)
+            .arg(&n64)
+            .arg(&offp)
+            .arg(&out_len)
+            .arg(&vector)
+            .arg(&status);
+        // SAFETY: reads n flags, n elements of each source and tiles + 1 offsets (lengths
+        // checked); writes each output only below out_len, the shortest output's length.
+        unsafe { b.launch(cfg) }.map_err(launch_error("launching compaction"))?;
+    }
+    Ok(())
+}
+
+/// Row ids of the non-zero `flags`, ascending, into `out` (a `select_if` producing row ids),
+/// given [`compaction_offsets`] of the same flags. Ids past `out`'s length are not written; the
+/// first such row is recorded in `check`.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] for offsets of the wrong length; [`Error::SizeOverflow`] when row
+/// ids do not fit `I`; driver errors.
+pub fn flagged_indices<I: Key>(
+    backend: &CudaBackend,
+    flags: &CudaView<'_, u32>,
+    tile_offsets: &CudaView<'_, u64>,
+    out: &mut CudaViewMut<'_, I>,
+    check: &mut BoundsCheck,
+) -> Result<()> {
+    let n = flags.len();
+    Error::check_len(
+        "compaction offsets",
+        compaction_offsets_len(n),
+        tile_offsets.len(),
+    )?;
+    crate::select::check_ids::<I>(n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let f = backend.function(
+        &KERNELS,
+        typed1(["flagged_ids_u32", "flagged_ids_u64"], I::BITS),
+    )?;
+    let cfg = tiled_config(backend, &f, tiles_of(n), 0)?;
+    let (fp, offp, op) = (
+        ptr(backend, flags),
+        ptr(backend, tile_offsets),
+        ptr_mut(backend, out),
+    );
+    let (n64, out_len, status, vector) = (
+        n as u64,
+        out.len() as u64,
+        check.ptr(),
+        aligned(&[ptr(backend, flags)]),
+    );
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&fp)
+        .arg(&n64)
+        .arg(&offp)
+        .arg(&op)
+        .arg(&out_len)
+        .arg(&vector)
+        .arg(&status);
+    // SAFETY: reads n flags and tiles + 1 offsets (checked), writes `out` only below out_len.
+    unsafe { b.launch(cfg) }.map_err(launch_error("launching flagged ids"))?;
+    Ok(())
+}
+
+/// CUB `DeviceSelect::Flagged` with byte flags, for callers that hold `u8` flags: the elements
+/// of `input` whose flag is non-zero, in order, into `out` (as long as `input`); the count goes
+/// to `num_selected[0]` on the device.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `flags` or `out` differ from `input` in length or
+/// `num_selected` is empty; CUB and allocation errors.
+pub fn select_flagged_u8<T: Element>(
+    backend: &CudaBackend,
+    input: &CudaView<'_, T>,
+    flags: &CudaView<'_, u8>,
+    out: &mut CudaViewMut<'_, T>,
+    num_selected: &mut CudaViewMut<'_, u64>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    Error::check_len("select input vs flags", input.len(), flags.len())?;
+    Error::check_len("select input vs output", input.len(), out.len())?;
+    Error::check_len("select count word", 1, num_selected.len().min(1))?;
+    let (ip, fp) = (ptr(backend, input), ptr(backend, flags));
+    let (op, cp) = (ptr_mut(backend, out), ptr_mut(backend, num_selected));
+    let (s, n) = (stream(backend), input.len() as u64);
+    with_temp(backend, scratch, "select flagged", |t, b| {
+        // SAFETY: input, flags and out hold n elements (checked), num_selected one word.
+        unsafe {
+            if T::BITS == 32 {
+                cub_sys::cubsys_select_flagged_uint32(
+                    t, b, ip as _, fp as _, op as _, cp as _, n, s,
+                )
+            } else {
+                cub_sys::cubsys_select_flagged_uint64(
+                    t, b, ip as _, fp as _, op as _, cp as _, n, s,
+                )
+            }
+        }
+    })
+}
+
+/// Vectorized searchsorted: for every key of `a`, the lower (`first b[j] >= key`) and upper
+/// (`first b[j] > key`) bound in the ascending `b`. One thread per key of `a`: a binary search
+/// for the lower bound, then a gallop from it for the upper (cheap for short runs, logarithmic
+/// for giant ones). `a` needs no order, but a sorted `a` keeps neighbouring searches in cache.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `lower` or `upper` differ from `a` in length;
+/// [`Error::SizeOverflow`] when positions in `b` do not fit `I`; driver errors.
+pub fn sorted_bounds<K: Key, I: Key>(
+    backend: &CudaBackend,
+    a: &CudaView<'_, K>,
+    b: &CudaView<'_, K>,
+    lower: &mut CudaViewMut<'_, I>,
+    upper: &mut CudaViewMut<'_, I>,
+) -> Result<()> {
+    Error::check_len("bounds keys vs lower", a.len(), lower.len())?;
+    Error::check_len("bounds keys vs upper", a.len(), upper.len())?;
+    crate::merge::check_positions::<I>(a.len(), b.len())?;
+    if a.is_empty() {
+        return Ok(());
+    }
+    let f = backend.function(
+        &KERNELS,
+        typed2(
+            [
+                "bounds_u32_u32",
+                "bounds_u32_u64",
+                "bounds_u64_u32",
+                "bounds_u64_u64",
+            ],
+            K::BITS,
+            I::BITS,
+        ),
+    )?;
+    let cfg = backend.grid_stride_config(a.len(), BLOCK);
+    let (ap, bp) = (ptr(backend, a), ptr(backend, b));
+    let (lp, up) = (ptr_mut(backend, lower), ptr_mut(backend, upper));
+    let (na, nb) = (a.len() as u64, b.len() as u64);
+    let mut l = backend.stream().launch_builder(&f);
+    l.arg(&ap).arg(&na).arg(&bp).arg(&nb).arg(&lp).arg(&up);
+    // SAFETY: reads na keys of a and, by binary search, positions below nb of b; writes na
+    // elements of lower and upper (lengths checked).
+    unsafe { l.launch(cfg) }.map_err(launch_error("launching sorted bounds"))?;
+    Ok(())
+}
+
+/// Offsets of the pair ranges `[lower[i], upper[i])`: `offsets[i]` is the sum of the counts
+/// before row `i`; `offsets[n]` the total number of pairs (read it back to size outputs). Rows
+/// with `upper < lower` count 0 and the first is recorded in `check`.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `lower` and `upper` differ in length or `offsets` does not
+/// hold `n + 1` entries; CUB, allocation and driver errors.
+pub fn range_offsets<I: Key>(
+    backend: &CudaBackend,
+    lower: &CudaView<'_, I>,
+    upper: &CudaView<'_, I>,
+    offsets: &mut CudaViewMut<'_, u64>,
+    check: &mut BoundsCheck,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = lower.len();
+    Error::check_len("ranges lower vs upper", n, upper.len())?;
+    Error::check_len("range offsets", n + 1, offsets.len())?;
+    let f = backend.function(
+        &KERNELS,
+        typed1(["range_counts_u32", "range_counts_u64"], I::BITS),
+    )?;
+    let cfg = backend.grid_stride_config(n + 1, BLOCK);
+    let (lp, up, op) = (
+        ptr(backend, lower),
+        ptr(backend, upper),
+        ptr_mut(backend, offsets),
+    );
+    let (n64, status) = (n as u64, check.ptr());
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&lp).arg(&up).arg(&n64).arg(&op).arg(&status);
+    // SAFETY: reads n elements of lower and upper, writes n + 1 counts (lengths checked).
+    unsafe { b.launch(cfg) }.map_err(launch_error("launching range counts"))?;
+    exclusive_sum_raw::<u64>(backend, op, op, n + 1, scratch)
+}
+
+/// Load-balanced expansion of ranges into pairs: for every row `i` and every
+/// `j in lower[i]..upper[i]`, the pair `(i, j)`, ordered by `i` then `j`, into the first
+/// `total` elements of `a_out` and `b_out`. `offsets` comes from [`range_offsets`] and `total`
+/// is its last entry (a larger value is clamped to it on the device). Work is split over the
+/// output index space (see `kernels/merge.cu`), so skew cannot serialize it.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `offsets` does not hold `n + 1` entries;
+/// [`Error::OutputTooLarge`] when an output holds fewer than `total` elements;
+/// [`Error::SizeOverflow`] when row ids do not fit `I`; allocation and driver errors.
+pub fn expand_ranges<I: Key>(
+    backend: &CudaBackend,
+    lower: &CudaView<'_, I>,
+    offsets: &CudaView<'_, u64>,
+    total: u64,
+    a_out: &mut CudaViewMut<'_, I>,
+    b_out: &mut CudaViewMut<'_, I>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = lower.len();
+    Error::check_len("range offsets", n + 1, offsets.len())?;
+    crate::merge::check_positions::<I>(n, 0)?;
+    let capacity = a_out.len().min(b_out.len()) as u64;
+    if total > capacity {
+        return Err(Error::OutputTooLarge {
+            needed: total,
+            capacity,
+        });
+    }
+    if total == 0 || n == 0 {
+        return Ok(());
+    }
+    let tiles = total.div_ceil(TILE as u64);
+    let rows_len = usize::try_from(tiles + 1).map_err(|_| Error::SizeOverflow("expand tiles"))?;
+    let tile_rows = scratch.reserve(backend, Error::bytes_of::<u64>(rows_len)?)?;
+    let offp = ptr(backend, offsets);
+    let n64 = n as u64;
+    let part = backend.function(&KERNELS, "expand_partition_u64")?;
+    let mut b = backend.stream().launch_builder(&part);
+    b.arg(&offp).arg(&n64).arg(&tiles).arg(&tile_rows);
+    // SAFETY: binary searches n offsets, writes tiles + 1 words of scratch (reserved above).
+    unsafe { b.launch(backend.grid_stride_config(rows_len, BLOCK)) }
+        .map_err(launch_error("launching expand partition"))?;
+    let f = backend.function(&KERNELS, typed1(["expand_u32", "expand_u64"], I::BITS))?;
+    let cfg = tiled_config(backend, &f, tiles, 0)?;
+    let (lp, ap, bp) = (
+        ptr(backend, lower),
+        ptr_mut(backend, a_out),
+        ptr_mut(backend, b_out),
+    );
+    let vector = aligned(&[ap, bp]);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&lp)
+        .arg(&offp)
+        .arg(&n64)
+        .arg(&total)
+        .arg(&tile_rows)
+        .arg(&vector)
+        .arg(&ap)
+        .arg(&bp);
+    // SAFETY: reads n lower bounds and n + 1 offsets at rows the partition found (all below
+    // n), tiles + 1 tile rows; writes `total` elements of each output (capacity checked).
+    unsafe { b.launch(cfg) }.map_err(launch_error("launching expand"))?;
+    Ok(())
+}
 
 /// Runs a CUB call under the temporary-storage protocol: a size query, then the call with
 /// `scratch` grown to fit.
@@ -137,9 +787,21 @@ pub fn exclusive_sum<T: Summable>(
 ) -> Result<()> {
     Error::check_len("exclusive_sum in vs out", input.len(), output.len())?;
     let (i, o) = (ptr(backend, input), ptr_mut(backend, output));
-    let (s, n) = (stream(backend), input.len() as u64);
+    exclusive_sum_raw::<T>(backend, i, o, input.len(), scratch)
+}
+
+/// Exclusive sum of `n` elements at device address `i` into `o` (which may equal `i`).
+fn exclusive_sum_raw<T: Summable>(
+    backend: &CudaBackend,
+    i: u64,
+    o: u64,
+    n: usize,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let (s, n) = (stream(backend), n as u64);
     with_temp(backend, scratch, "exclusive sum", |t, b| {
-        // SAFETY: both views hold n elements of the width named by the function.
+        // SAFETY: callers pass addresses of n elements of the width named by the function
+        // (CUB allows in == out).
         unsafe {
             if T::BITS == 32 {
                 cub_sys::cubsys_exclusive_sum_uint32(t, b, i as _, o as _, n, s)

@@ -5,9 +5,13 @@
 //!
 //! | operation | trait | CUDA path |
 //! | --- | --- | --- |
-//! | stable radix sort of pairs / keys by a bit range | [`Sort`] | CUB `DeviceRadixSort` |
-//! | exclusive prefix sum | [`Scan`] | CUB `DeviceScan` |
+//! | stable radix sort of pairs / keys by a bit range (CPU: parallel LSD radix, 8-bit digits) | [`Sort`] | CUB `DeviceRadixSort` |
+//! | exclusive prefix sum (offsets from counts) | [`Scan`] | CUB `DeviceScan` |
 //! | even-width histogram | [`Histogram`] | CUB `DeviceHistogram` |
+//! | gather of one or many columns by a `u32`/`u64` map, scatter; checked bounds | [`Gather`] | `kernels/gather.cu`: 16-byte map/output vectors, clustered tiles staged through shared memory |
+//! | stable compaction of columns by flags, row ids of set flags | [`Compact`] | `kernels/select.cu` (+ CUB scan); byte flags: CUB `DeviceSelect` in `cuda::select_flagged_u8` |
+//! | lower/upper bounds in a sorted column, M:N range expansion into pairs | [`MergePath`] | `kernels/merge.cu`: binary search + gallop; expansion balanced over the output |
+//! | row ids (iota) | `Backend::iota` | `joinkit-cuda` runtime kernel |
 //!
 //! Every CUDA operation also has a view-level entry in [`cuda`] that works on buffers the
 //! caller owns (cudarc views on the caller's stream) with caller-provided scratch.
@@ -22,13 +26,19 @@
 //! assert_eq!((k, v), (vec![1, 1, 2, 3], vec![1, 3, 2, 0]));
 //! ```
 
+mod gather;
 mod histogram;
+mod merge;
 mod scan;
+mod select;
 mod sort;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+pub use gather::{Bounds, Gather};
 pub use histogram::Histogram;
+pub use merge::MergePath;
 pub use scan::{Scan, Summable};
+pub use select::Compact;
 pub use sort::Sort;

@@ -7,32 +7,9 @@ use std::ops::Range;
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key};
 use joinkit_primitives::{Histogram, Scan, Sort};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
-#[cfg(feature = "cuda")]
-type Gpu = Option<joinkit_cuda::CudaBackend>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = Option<CpuBackend>;
-
-fn gpu(test: &str) -> Gpu {
-    #[cfg(feature = "cuda")]
-    {
-        joinkit_cuda::testing::cuda_or_skip(test)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = test;
-        None
-    }
-}
-
-fn runner() -> TestRunner {
-    TestRunner::new(Config {
-        cases: 48,
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
+mod common;
+use common::{gpu, runner};
 
 /// Keys with the shapes that break sorts: random, few distinct, all equal, extremes.
 fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
@@ -156,7 +133,10 @@ fn check_histogram<K: Key + Arbitrary>(test: &str) {
                 ));
                 if let Some(g) = &gpu {
                     let d = g.upload(&k).unwrap();
-                    prop_assert!(matches!(g.histogram_even(&d, bins, lo, hi), Err(Error::InvalidArgument(_))));
+                    prop_assert!(matches!(
+                        g.histogram_even(&d, bins, lo, hi),
+                        Err(Error::InvalidArgument(_))
+                    ));
                 }
                 return Ok(());
             }
@@ -258,4 +238,18 @@ fn large_sort_matches_the_cpu_twin() {
     let want = cpu.sort_pairs(&hk, &hv, 13..45).unwrap();
     assert!(g.download(&sk).unwrap() == want.0);
     assert!(g.download(&sv).unwrap() == want.1);
+}
+
+/// The CPU radix sort over inputs large enough to split into parallel chunks.
+#[test]
+fn cpu_radix_sort_of_many_chunks_is_stable() {
+    let n = 200_003usize;
+    let k: Vec<u64> = (0..n as u64)
+        .map(|i| (joinkit_cuda::hash::hash64(i, 5) % 1000) | ((u64::MAX << 60) * (i % 2)))
+        .collect();
+    let v: Vec<u32> = (0..n as u32).collect();
+    for bits in [0..64, 3..17, 60..64] {
+        let got = CpuBackend::new().sort_pairs(&k, &v, bits.clone()).unwrap();
+        assert!(got == naive_sort(&k, &v, &bits));
+    }
 }
