@@ -1,0 +1,499 @@
+//! The join algorithms, written once over the backend traits: each reads as its paper's steps
+//! (transform, match, materialize) over the primitives.
+
+use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
+use joinkit_hashtable::{HashTables, TableConfig, TableKind};
+use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
+
+use crate::flags::MatchFlags;
+use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW, choose_algorithm};
+
+/// Everything a backend needs to run every join algorithm.
+pub trait JoinBackend: Sort + Gather + MergePath + Compact + HashTables + MatchFlags {}
+impl<B: Sort + Gather + MergePath + Compact + HashTables + MatchFlags> JoinBackend for B {}
+
+/// A relation: a key column and any number of payload columns of the same length.
+pub struct Table<B: Backend, K: Key> {
+    /// The join keys.
+    pub keys: B::Buf<K>,
+    /// Payload columns, any element types.
+    pub payloads: Vec<Column<B>>,
+}
+
+impl<B: Backend, K: Key> Table<B, K> {
+    /// A table, checking that every payload has one value per key.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] naming the first payload of another length.
+    pub fn new(keys: B::Buf<K>, payloads: Vec<Column<B>>) -> Result<Self> {
+        for p in &payloads {
+            Error::check_len("table keys vs payload", keys.len(), p.len())?;
+        }
+        Ok(Self { keys, payloads })
+    }
+
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the table has no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A join's output as gather maps: row ids into the left and right inputs.
+pub struct RowPairs<B: Backend> {
+    /// Left row of each output row.
+    pub left: B::Buf<u32>,
+    /// Right row of each output row (inner and left outer joins; [`NULL_ROW`] where a left
+    /// outer row has no match); `None` for semi and anti joins.
+    pub right: Option<B::Buf<u32>>,
+}
+
+/// A join's output as columns: the payloads of both sides, row by row.
+pub struct Materialized<B: Backend> {
+    /// Left payload columns of the output rows, in the left table's order of columns.
+    pub left: Vec<Column<B>>,
+    /// Right payload columns (empty for semi and anti joins). For left outer joins, rows without
+    /// a match hold 0 and are marked invalid in `right_valid`.
+    pub right: Vec<Column<B>>,
+    /// For left outer joins: 1 where the right columns hold a match, 0 where they are null.
+    pub right_valid: Option<B::Buf<u32>>,
+    /// Output rows.
+    pub rows: u64,
+}
+
+/// The match phase's result, before assembly. For sort-merge joins the ids are positions in
+/// the sorted sides and `sorted` maps them back to row ids; for hash joins they are row ids.
+struct Matched<B: Backend> {
+    /// Matching (left, right) pairs (inner and outer joins).
+    pairs: Option<(B::Buf<u32>, B::Buf<u32>)>,
+    /// Left rows with a match (semi) or without one (anti, outer).
+    left_only: Option<B::Buf<u32>>,
+    /// Sort-merge joins: row id of each sorted position, per side, and the sorted keys' row
+    /// permutation.
+    sorted: Option<(B::Buf<u32>, B::Buf<u32>)>,
+}
+
+/// Times phases and records them in order.
+struct Phases<'b, B: Backend> {
+    backend: &'b B,
+    phases: Vec<(&'static str, f64)>,
+}
+
+impl<B: Backend> Phases<'_, B> {
+    fn run<R>(&mut self, name: &'static str, work: impl FnOnce() -> Result<R>) -> Result<R> {
+        let (r, ms) = self.backend.timed(work)?;
+        match self.phases.iter_mut().find(|p| p.0 == name) {
+            Some(p) => p.1 += ms,
+            None => self.phases.push((name, ms)),
+        }
+        Ok(r)
+    }
+}
+
+/// Row ids are `u32` with [`NULL_ROW`] reserved: sides are limited to `u32::MAX - 1` rows.
+fn check_rows(n: usize) -> Result<()> {
+    if n as u64 >= u64::from(NULL_ROW) {
+        return Err(Error::SizeOverflow(
+            "join sides are limited to 2^32 - 1 rows (u32 row ids)",
+        ));
+    }
+    Ok(())
+}
+
+fn resolve(opts: &JoinOptions, left_rows: usize, right_rows: usize, payloads: usize) -> Algorithm {
+    match opts.algorithm {
+        Algorithm::Auto => choose_algorithm(left_rows, right_rows, payloads, opts),
+        a => a,
+    }
+}
+
+/// Hash joins: build on the right keys, probe with the left.
+fn hash_match<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+    chained: bool,
+) -> Result<Matched<B>> {
+    let config = match (chained, opts.right_unique) {
+        (true, _) => TableConfig::chained(),
+        (false, true) => TableConfig::key_value(),
+        (false, false) => TableConfig::hash_row(),
+    };
+    let table = ph
+        .run("transform", || b.build_table(right, &config))
+        .map_err(|e| match e {
+            // The table calls its input the build side; here that is the right one.
+            Error::DuplicateKey { .. } => Error::DuplicateKey { side: "right" },
+            e => e,
+        })?;
+    if opts.right_unique && config.kind() != TableKind::KeyValue {
+        // A key-value table refuses duplicates as it builds; other layouts are checked by
+        // counting every right key's matches.
+        let total = ph.run("transform", || Ok(b.probe_count(&table, right)?.total()))?;
+        if total != right.len() as u64 {
+            return Err(Error::DuplicateKey { side: "right" });
+        }
+    }
+    ph.run("match", || {
+        let pairs = match opts.kind {
+            JoinKind::Inner | JoinKind::LeftOuter => Some(b.probe_pairs(&table, left)?),
+            _ => None,
+        };
+        let left_only = match opts.kind {
+            JoinKind::Inner => None,
+            JoinKind::LeftSemi => Some(b.flagged_indices::<u32>(&b.contains(&table, left)?)?),
+            JoinKind::LeftAnti | JoinKind::LeftOuter => {
+                let found = b.contains(&table, left)?;
+                Some(b.flagged_indices::<u32>(&b.count_flags(&found, false)?)?)
+            }
+        };
+        Ok(Matched {
+            pairs,
+            left_only,
+            sorted: None,
+        })
+    })
+}
+
+/// Sort-merge joins: sort both sides with their row ids, search each left key's range in the
+/// right, expand the ranges into pairs.
+fn merge_match<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+) -> Result<Matched<B>> {
+    let sort = |keys: &B::Buf<K>| -> Result<(B::Buf<K>, B::Buf<u32>)> {
+        let mut rows = b.alloc::<u32>(keys.len())?;
+        b.iota(&mut rows, 0)?;
+        b.sort_pairs(keys, &rows, 0..K::BITS)
+    };
+    let ((lk, lr), (rk, rr)) = ph.run("transform", || Ok((sort(left)?, sort(right)?)))?;
+    if opts.right_unique {
+        let total = ph.run("transform", || {
+            let (lo, hi) = b.sorted_bounds::<K, u32>(&rk, &rk)?;
+            b.range_total(&lo, &hi)
+        })?;
+        if total != rk.len() as u64 {
+            return Err(Error::DuplicateKey { side: "right" });
+        }
+    }
+    ph.run("match", || {
+        let (lo, hi) = b.sorted_bounds::<K, u32>(&lk, &rk)?;
+        let pairs = match opts.kind {
+            JoinKind::Inner | JoinKind::LeftOuter => Some(b.expand_ranges::<u32>(&lo, &hi)?),
+            _ => None,
+        };
+        let left_only = match opts.kind {
+            JoinKind::Inner => None,
+            JoinKind::LeftSemi => Some(b.flagged_indices::<u32>(&b.range_flags(&lo, &hi, true)?)?),
+            JoinKind::LeftAnti | JoinKind::LeftOuter => {
+                Some(b.flagged_indices::<u32>(&b.range_flags(&lo, &hi, false)?)?)
+            }
+        };
+        Ok(Matched {
+            pairs,
+            left_only,
+            sorted: Some((lr, rr)),
+        })
+    })
+}
+
+fn run_match<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    algorithm: Algorithm,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+) -> Result<Matched<B>> {
+    check_rows(left.len())?;
+    check_rows(right.len())?;
+    match algorithm {
+        Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false),
+        Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true),
+        Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto => {
+            merge_match(b, ph, left, right, opts)
+        }
+    }
+}
+
+/// `a` followed by `c`, in a new buffer.
+fn concat<B: Backend, T: joinkit_cuda::Element>(
+    b: &B,
+    a: &B::Buf<T>,
+    c: &B::Buf<T>,
+) -> Result<B::Buf<T>> {
+    let mut out = b.alloc::<T>(a.len() + c.len())?;
+    b.copy_into(a, &mut out, 0)?;
+    b.copy_into(c, &mut out, a.len())?;
+    Ok(out)
+}
+
+/// `head` then `total - head.len()` copies of `fill`.
+fn pad<B: Backend, T: joinkit_cuda::Element>(
+    b: &B,
+    head: &B::Buf<T>,
+    total: usize,
+    fill: T,
+) -> Result<B::Buf<T>> {
+    let mut out = b.alloc::<T>(total)?;
+    b.fill(&mut out, fill)?;
+    b.copy_into(head, &mut out, 0)?;
+    Ok(out)
+}
+
+fn stats<B: Backend>(
+    b: &B,
+    algorithm: Algorithm,
+    opts: &JoinOptions,
+    left_rows: usize,
+    right_rows: usize,
+    output_rows: u64,
+    phases: Vec<(&'static str, f64)>,
+) -> JoinStats {
+    JoinStats {
+        algorithm,
+        kind: opts.kind,
+        left_rows,
+        right_rows,
+        output_rows,
+        phases,
+        peak_memory_bytes: b.memory().map(|m| m.peak_bytes),
+    }
+}
+
+/// Joins two key columns and returns the output as row ids (gather maps), with statistics.
+///
+/// Output order: inner pairs (and, for left outer joins, the unmatched left rows after them);
+/// within that, the order depends on the algorithm: compare outputs as multisets.
+///
+/// # Errors
+/// [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or more, or an output that does not fit
+/// memory addresses; [`Error::DuplicateKey`] when `right_unique` was promised and broken;
+/// allocation, driver and primitive errors.
+pub fn join_rows<B: JoinBackend, K: Key>(
+    b: &B,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+) -> Result<(RowPairs<B>, JoinStats)> {
+    b.reset_peak_memory();
+    let algorithm = resolve(opts, left.len(), right.len(), 0);
+    let mut ph = Phases {
+        backend: b,
+        phases: Vec::new(),
+    };
+    let m = run_match(b, &mut ph, algorithm, left, right, opts)?;
+    let rows: RowPairs<B> = ph.run("materialize", || {
+        let (lmap, rmap) = match &m.sorted {
+            Some((l, r)) => (Some(l), Some(r)),
+            None => (None, None),
+        };
+        let ids = |v: B::Buf<u32>, rows_of| -> Result<B::Buf<u32>> {
+            Ok(to_row_ids(b, &v, rows_of)?.unwrap_or(v))
+        };
+        let pairs = match m.pairs {
+            Some((l, r)) => Some((ids(l, lmap)?, ids(r, rmap)?)),
+            None => None,
+        };
+        let left_only = m.left_only.map(|l| ids(l, lmap)).transpose()?;
+        Ok(match (opts.kind, pairs, left_only) {
+            (JoinKind::Inner, Some((l, r)), _) => RowPairs {
+                left: l,
+                right: Some(r),
+            },
+            (JoinKind::LeftOuter, Some((l, r)), Some(u)) => {
+                let left = concat(b, &l, &u)?;
+                let right = pad(b, &r, left.len(), NULL_ROW)?;
+                RowPairs {
+                    left,
+                    right: Some(right),
+                }
+            }
+            (_, _, Some(u)) => RowPairs {
+                left: u,
+                right: None,
+            },
+            _ => unreachable!("every kind produces its parts"),
+        })
+    })?;
+    let n = rows.left.len() as u64;
+    let st = stats(b, algorithm, opts, left.len(), right.len(), n, ph.phases);
+    Ok((rows, st))
+}
+
+/// Gathers every column of `cols` by `map` (the map's ids are valid by construction).
+fn gather_columns<B: JoinBackend>(
+    b: &B,
+    cols: &[Column<B>],
+    map: &B::Buf<u32>,
+) -> Result<Vec<Column<B>>> {
+    cols.iter()
+        .map(|c| Ok(map_column!(c, c, T => b.gather::<T, u32>(c, map, Bounds::Trust)?)))
+        .collect()
+}
+
+/// Joins two tables and returns the payload columns of the output rows, with statistics.
+///
+/// GFUR algorithms (SMJ-UM, the hash joins) find row ids, then gather each payload from the
+/// untransformed input. GFTR (SMJ-OM) transforms each payload column into sorted order and
+/// gathers from there at the matched positions, which are clustered; it transforms one column
+/// at a time, so at most one transformed column is held (Wu et al. §4.1).
+///
+/// # Errors
+/// As [`join_rows`].
+pub fn join_columns<B: JoinBackend, K: Key>(
+    b: &B,
+    left: &Table<B, K>,
+    right: &Table<B, K>,
+    opts: &JoinOptions,
+) -> Result<(Materialized<B>, JoinStats)> {
+    b.reset_peak_memory();
+    let payloads = left.payloads.len() + right.payloads.len();
+    let algorithm = resolve(opts, left.len(), right.len(), payloads);
+    let mut ph = Phases {
+        backend: b,
+        phases: Vec::new(),
+    };
+    let m = run_match(b, &mut ph, algorithm, &left.keys, &right.keys, opts)?;
+    let gftr = algorithm == Algorithm::SmjOm;
+
+    // For one side's columns: the output rows' values of each column, with `ids` positions
+    // (GFTR) or row ids (GFUR).
+    let side = |ph: &mut Phases<'_, B>,
+                cols: &[Column<B>],
+                rows_of: Option<&B::Buf<u32>>,
+                ids: &[&B::Buf<u32>]|
+     -> Result<Vec<Vec<Column<B>>>> {
+        let mut out: Vec<Vec<Column<B>>> = ids.iter().map(|_| Vec::new()).collect();
+        if gftr {
+            let perm = rows_of.expect("sort-merge joins keep the sorted row ids");
+            for c in cols {
+                // Transform one column into sorted order, take what the output needs, drop it.
+                let t: Column<B> = ph.run("transform", || {
+                    Ok(map_column!(c, c, T => b.gather::<T, u32>(c, perm, Bounds::Trust)?))
+                })?;
+                for (o, pos) in out.iter_mut().zip(ids) {
+                    o.push(ph.run("materialize", || {
+                        Ok(map_column!(&t, t, T => b.gather::<T, u32>(t, pos, Bounds::Trust)?))
+                    })?);
+                }
+            }
+        } else {
+            for (o, map) in out.iter_mut().zip(ids) {
+                let rows = ph.run("materialize", || to_row_ids(b, map, rows_of))?;
+                *o = ph.run("materialize", || {
+                    gather_columns(b, cols, rows.as_ref().unwrap_or(map))
+                })?;
+            }
+        }
+        Ok(out)
+    };
+
+    let (lmap, rmap) = match &m.sorted {
+        Some((l, r)) => (Some(l), Some(r)),
+        None => (None, None),
+    };
+    let result = match (opts.kind, &m.pairs, &m.left_only) {
+        (JoinKind::Inner, Some((pl, pr)), _) => {
+            let l = side(&mut ph, &left.payloads, lmap, &[pl])?
+                .pop()
+                .unwrap_or_default();
+            let r = side(&mut ph, &right.payloads, rmap, &[pr])?
+                .pop()
+                .unwrap_or_default();
+            Materialized {
+                left: l,
+                right: r,
+                right_valid: None,
+                rows: pl.len() as u64,
+            }
+        }
+        (JoinKind::LeftOuter, Some((pl, pr)), Some(u)) => {
+            let mut parts = side(&mut ph, &left.payloads, lmap, &[pl, u])?;
+            let unmatched = parts.pop().unwrap_or_default();
+            let matched = parts.pop().unwrap_or_default();
+            let r = side(&mut ph, &right.payloads, rmap, &[pr])?
+                .pop()
+                .unwrap_or_default();
+            let total = pl.len() + u.len();
+            ph.run("materialize", || {
+                let left = matched
+                    .iter()
+                    .zip(&unmatched)
+                    .map(|(a, c)| concat_column(b, a, c))
+                    .collect::<Result<Vec<_>>>()?;
+                let right = r
+                    .iter()
+                    .map(|c| Ok(map_column!(c, c, T => pad(b, c, total, T::default())?)))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut ones = b.alloc::<u32>(pl.len())?;
+                b.fill(&mut ones, 1)?;
+                let valid = pad(b, &ones, total, 0u32)?;
+                Ok(Materialized {
+                    left,
+                    right,
+                    right_valid: Some(valid),
+                    rows: total as u64,
+                })
+            })?
+        }
+        (_, _, Some(u)) => {
+            let l = side(&mut ph, &left.payloads, lmap, &[u])?
+                .pop()
+                .unwrap_or_default();
+            Materialized {
+                left: l,
+                right: Vec::new(),
+                right_valid: None,
+                rows: u.len() as u64,
+            }
+        }
+        _ => unreachable!("every kind produces its parts"),
+    };
+    let st = stats(
+        b,
+        algorithm,
+        opts,
+        left.len(),
+        right.len(),
+        result.rows,
+        ph.phases,
+    );
+    Ok((result, st))
+}
+
+/// Row ids for sorted positions: `ids` mapped through the sorted row ids (sort-merge joins), or
+/// `None` when `ids` are row ids already (hash joins).
+fn to_row_ids<B: JoinBackend>(
+    b: &B,
+    ids: &B::Buf<u32>,
+    rows_of: Option<&B::Buf<u32>>,
+) -> Result<Option<B::Buf<u32>>> {
+    rows_of
+        .map(|rows| b.gather(rows, ids, Bounds::Trust))
+        .transpose()
+}
+
+/// `a` followed by `c` (same element type, as both come from one input column).
+fn concat_column<B: Backend>(b: &B, a: &Column<B>, c: &Column<B>) -> Result<Column<B>> {
+    Ok(match (a, c) {
+        (Column::U32(a), Column::U32(c)) => Column::U32(concat(b, a, c)?),
+        (Column::I32(a), Column::I32(c)) => Column::I32(concat(b, a, c)?),
+        (Column::U64(a), Column::U64(c)) => Column::U64(concat(b, a, c)?),
+        (Column::I64(a), Column::I64(c)) => Column::I64(concat(b, a, c)?),
+        _ => {
+            return Err(Error::InvalidArgument(
+                "concatenating columns of different types".into(),
+            ));
+        }
+    })
+}

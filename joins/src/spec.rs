@@ -1,0 +1,122 @@
+//! What a join is asked to do: its kind, its algorithm, its promises.
+
+use std::fmt;
+
+/// The row id written for "no matching row" on the right side of a left outer join.
+pub const NULL_ROW: u32 = u32::MAX;
+
+/// Which rows a join returns. "Left" is the side whose rows are kept by semi, anti and outer
+/// joins; the algorithms decide internally which side they build on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JoinKind {
+    /// Every (left row, right row) pair with equal keys.
+    Inner,
+    /// Left rows with at least one match (each once).
+    LeftSemi,
+    /// Left rows with no match.
+    LeftAnti,
+    /// Inner pairs, plus every left row without a match paired with [`NULL_ROW`].
+    LeftOuter,
+}
+
+impl JoinKind {
+    /// Every kind, for sweeps and tests.
+    pub const ALL: [JoinKind; 4] = [
+        JoinKind::Inner,
+        JoinKind::LeftSemi,
+        JoinKind::LeftAnti,
+        JoinKind::LeftOuter,
+    ];
+
+    /// Whether the output has a right row id per pair (inner and outer) or only left rows.
+    pub fn has_right_rows(self) -> bool {
+        matches!(self, JoinKind::Inner | JoinKind::LeftOuter)
+    }
+}
+
+/// A join algorithm, named as in Wu et al. (VLDB 2024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Sort-merge join, GFUR: sort keys with row ids, gather payloads from the untransformed
+    /// inputs.
+    SmjUm,
+    /// Sort-merge join, GFTR: sort payloads along with the keys, gather from the transformed
+    /// (sorted) relations, whose match positions are clustered.
+    SmjOm,
+    /// Non-partitioned hash join on the global open-addressing table (cuDF style).
+    NphjOpen,
+    /// Non-partitioned hash join on the lock-free chained table (Thostrup et al.).
+    NphjChained,
+    /// Choose from the inputs' statistics (see [`crate::choose_algorithm`]).
+    Auto,
+}
+
+impl Algorithm {
+    /// The concrete algorithms (not [`Algorithm::Auto`]).
+    pub const CONCRETE: [Algorithm; 4] = [
+        Algorithm::SmjUm,
+        Algorithm::SmjOm,
+        Algorithm::NphjOpen,
+        Algorithm::NphjChained,
+    ];
+
+    /// The short name used in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::SmjUm => "SMJ-UM",
+            Algorithm::SmjOm => "SMJ-OM",
+            Algorithm::NphjOpen => "NPHJ-open",
+            Algorithm::NphjChained => "NPHJ-chained",
+            Algorithm::Auto => "auto",
+        }
+    }
+
+    /// Parses a name as written by [`Algorithm::name`] (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::CONCRETE
+            .into_iter()
+            .chain([Algorithm::Auto])
+            .find(|a| a.name().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Options of a join.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JoinOptions {
+    /// The rows to return.
+    pub kind: JoinKind,
+    /// The algorithm ([`Algorithm::Auto`] chooses).
+    pub algorithm: Algorithm,
+    /// The right side promises unique keys (a primary key: PK-FK and PK-PK joins). Checked:
+    /// a duplicate is [`crate::Error::DuplicateKey`].
+    pub right_unique: bool,
+}
+
+impl JoinOptions {
+    /// An inner join with automatic algorithm choice and no uniqueness promise.
+    pub fn new(kind: JoinKind) -> Self {
+        Self {
+            kind,
+            algorithm: Algorithm::Auto,
+            right_unique: false,
+        }
+    }
+
+    /// With the given algorithm.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Promising (and checking) unique right keys.
+    pub fn right_unique(mut self, unique: bool) -> Self {
+        self.right_unique = unique;
+        self
+    }
+}

@@ -1,0 +1,260 @@
+//! Every algorithm × kind, on both backends, equals the naive reference as a multiset: random
+//! sizes including empty sides, duplicates on both sides, no matches, all rows on one key,
+//! extreme key values. Materialized payloads are checked against the reference's pairs.
+
+use joinkit::reference::join_pairs;
+use joinkit::{
+    Algorithm, Backend, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, NULL_ROW,
+    Table, join_columns, join_rows,
+};
+use joinkit_cuda::hash::hash64;
+use joinkit_cuda::{Element, Key};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+fn runner() -> TestRunner {
+    TestRunner::new(Config {
+        cases: 32,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn gpu(test: &str) -> Option<joinkit_cuda::CudaBackend> {
+    joinkit_cuda::testing::cuda_or_skip(test)
+}
+
+/// Key columns with the shapes that break joins.
+fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
+    prop_oneof![
+        proptest::collection::vec((0u64..64).prop_map(K::from_u64), 0..400),
+        proptest::collection::vec(any::<K>(), 0..300),
+        (0usize..200).prop_map(|n| vec![K::from_u64(7); n]),
+        proptest::collection::vec(prop_oneof![Just(K::from_u64(0)), Just(K::MAX)], 0..100),
+    ]
+}
+
+fn pairs_of<B: JoinBackend, K: Key>(
+    b: &B,
+    l: &[K],
+    r: &[K],
+    opts: &JoinOptions,
+) -> Result<Vec<(u32, u32)>, Error> {
+    let (dl, dr) = (b.upload(l)?, b.upload(r)?);
+    let (rows, stats) = join_rows(b, &dl, &dr, opts)?;
+    let left = b.download(&rows.left)?;
+    let right = match &rows.right {
+        Some(r) => b.download(r)?,
+        None => vec![NULL_ROW; left.len()],
+    };
+    assert_eq!(stats.output_rows, left.len() as u64);
+    assert_ne!(stats.algorithm, Algorithm::Auto);
+    let mut p: Vec<(u32, u32)> = left.into_iter().zip(right).collect();
+    p.sort_unstable();
+    Ok(p)
+}
+
+fn check_rows<K: Key + Arbitrary>(test: &str) {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu(test);
+    #[cfg(not(feature = "cuda"))]
+    let _ = test;
+    runner()
+        .run(&(keys::<K>(), keys::<K>()), |(l, r)| {
+            for kind in JoinKind::ALL {
+                let want = join_pairs(&l, &r, kind);
+                for algorithm in Algorithm::CONCRETE.into_iter().chain([Algorithm::Auto]) {
+                    let opts = JoinOptions::new(kind).algorithm(algorithm);
+                    let got = pairs_of(&CpuBackend::new(), &l, &r, &opts).unwrap();
+                    prop_assert_eq!(&got, &want, "cpu {} {:?}", algorithm, kind);
+                    #[cfg(feature = "cuda")]
+                    if let Some(g) = &gpu {
+                        let got = pairs_of(g, &l, &r, &opts).unwrap();
+                        prop_assert_eq!(&got, &want, "cuda {} {:?}", algorithm, kind);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn every_algorithm_and_kind_u32() {
+    check_rows::<u32>("every_algorithm_and_kind_u32");
+}
+
+#[test]
+fn every_algorithm_and_kind_u64() {
+    check_rows::<u64>("every_algorithm_and_kind_u64");
+}
+
+/// A table whose payloads are functions of the key, of mixed widths and signedness.
+fn table<B: Backend>(b: &B, keys: &[u32], salt: u64) -> Table<B, u32> {
+    let p0: Vec<u64> = keys.iter().map(|&k| hash64(u64::from(k), salt)).collect();
+    let p1: Vec<i32> = keys
+        .iter()
+        .map(|&k| hash64(u64::from(k), salt + 1) as i32)
+        .collect();
+    Table::new(
+        b.upload(keys).unwrap(),
+        vec![
+            Column::U64(b.upload(&p0).unwrap()),
+            Column::I32(b.upload(&p1).unwrap()),
+        ],
+    )
+    .unwrap()
+}
+
+fn download_bits<B: Backend>(b: &B, c: &Column<B>) -> Vec<u64> {
+    joinkit_cuda::each_column!(c, c => b.download(c).unwrap().into_iter().map(Element::to_bits).collect())
+}
+
+/// Output rows as (left payload bits..., right payload bits..., valid), sorted.
+fn materialized_rows<B: JoinBackend>(
+    b: &B,
+    l: &[u32],
+    r: &[u32],
+    opts: &JoinOptions,
+) -> Vec<Vec<u64>> {
+    let (out, stats) = join_columns(b, &table(b, l, 10), &table(b, r, 20), opts).unwrap();
+    assert_eq!(stats.output_rows, out.rows);
+    let cols: Vec<Vec<u64>> = out
+        .left
+        .iter()
+        .chain(&out.right)
+        .map(|c| download_bits(b, c))
+        .collect();
+    let valid = out.right_valid.as_ref().map(|v| b.download(v).unwrap());
+    let mut rows: Vec<Vec<u64>> = (0..out.rows as usize)
+        .map(|i| {
+            let mut row: Vec<u64> = cols.iter().map(|c| c[i]).collect();
+            row.push(valid.as_ref().map_or(1, |v| u64::from(v[i])));
+            row
+        })
+        .collect();
+    rows.sort_unstable();
+    rows
+}
+
+fn expected_rows(l: &[u32], r: &[u32], kind: JoinKind) -> Vec<Vec<u64>> {
+    let side = |k: u32, salt: u64| {
+        vec![
+            hash64(u64::from(k), salt),
+            u64::from(hash64(u64::from(k), salt + 1) as i32 as u32),
+        ]
+    };
+    let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
+        .into_iter()
+        .map(|(li, ri)| {
+            let mut row = side(l[li as usize], 10);
+            if kind.has_right_rows() {
+                if ri == NULL_ROW {
+                    row.extend([0, 0, 0]);
+                } else {
+                    row.extend(side(r[ri as usize], 20));
+                    row.push(1);
+                }
+            } else {
+                row.push(1);
+            }
+            row
+        })
+        .collect();
+    rows.sort_unstable();
+    rows
+}
+
+#[test]
+fn materialized_payloads_match_the_reference() {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu("materialized_payloads_match_the_reference");
+    runner()
+        .run(&(keys::<u32>(), keys::<u32>()), |(l, r)| {
+            for kind in JoinKind::ALL {
+                let want = expected_rows(&l, &r, kind);
+                for algorithm in Algorithm::CONCRETE {
+                    let opts = JoinOptions::new(kind).algorithm(algorithm);
+                    prop_assert_eq!(
+                        &materialized_rows(&CpuBackend::new(), &l, &r, &opts),
+                        &want,
+                        "cpu {} {:?}",
+                        algorithm,
+                        kind
+                    );
+                    #[cfg(feature = "cuda")]
+                    if let Some(g) = &gpu {
+                        prop_assert_eq!(
+                            &materialized_rows(g, &l, &r, &opts),
+                            &want,
+                            "cuda {} {:?}",
+                            algorithm,
+                            kind
+                        );
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+fn bad_input<B: JoinBackend>(b: &B) {
+    // A PK side with a duplicate key, for every algorithm.
+    let l = b.upload(&[1u32, 2, 3]).unwrap();
+    let r = b.upload(&[2u32, 9, 2]).unwrap();
+    for algorithm in Algorithm::CONCRETE {
+        let opts = JoinOptions::new(JoinKind::Inner)
+            .algorithm(algorithm)
+            .right_unique(true);
+        assert_eq!(
+            join_rows(b, &l, &r, &opts).err(),
+            Some(Error::DuplicateKey { side: "right" }),
+            "{algorithm}"
+        );
+    }
+    // Unique right keys pass the same check.
+    let r = b.upload(&[2u32, 9, 3]).unwrap();
+    let opts = JoinOptions::new(JoinKind::Inner)
+        .algorithm(Algorithm::SmjUm)
+        .right_unique(true);
+    assert_eq!(join_rows(b, &l, &r, &opts).unwrap().1.output_rows, 2);
+    // Payloads of another length than the keys.
+    let short: Column<B> = Column::U32(b.upload(&[1u32]).unwrap());
+    assert_eq!(
+        Table::<B, u32>::new(b.upload(&[1u32, 2]).unwrap(), vec![short]).err(),
+        Some(Error::LengthMismatch {
+            what: "table keys vs payload",
+            left: 2,
+            right: 1
+        })
+    );
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    bad_input(&CpuBackend::new());
+    #[cfg(feature = "cuda")]
+    if let Some(g) = gpu("bad_input_is_a_typed_error") {
+        bad_input(&g);
+    }
+}
+
+/// A paper-shaped workload at 2^22 ⋈ 2^23 on the GPU against the CPU backend.
+#[cfg(feature = "cuda")]
+#[test]
+fn large_pk_fk_join_matches_the_cpu() {
+    let Some(g) = gpu("large_pk_fk_join_matches_the_cpu") else {
+        return;
+    };
+    let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 22, 1);
+    let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 22, 1 << 23, 0.8, 2);
+    for algorithm in Algorithm::CONCRETE {
+        let opts = JoinOptions::new(JoinKind::Inner)
+            .algorithm(algorithm)
+            .right_unique(true);
+        let want = pairs_of(&CpuBackend::new(), &s, &r, &opts).unwrap();
+        assert_eq!(pairs_of(&g, &s, &r, &opts).unwrap(), want, "{algorithm}");
+    }
+}
