@@ -48,3 +48,26 @@ pub(crate) fn copy_bandwidth<B: Backend>(
     let bytes = 2.0 * 4.0 * elements as f64;
     Ok((bytes / (t.median_ms * 1e-3) / 1e9, t))
 }
+
+/// Parses a size written as `2^27`, `134217728` or `1_000_000` (a clap value parser).
+pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let parsed = match t.split_once('^') {
+        Some(("2", e)) => e.parse::<u32>().ok().and_then(|e| 1usize.checked_shl(e)),
+        Some(_) => None,
+        None => t.parse::<usize>().ok(),
+    };
+    parsed.ok_or_else(|| format!("{s:?} is not a size (write 2^27 or 134217728)"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(super::parse_size("2^27"), Ok(1 << 27));
+        assert_eq!(super::parse_size("1_000"), Ok(1000));
+        assert!(super::parse_size("3^2").is_err());
+        assert!(super::parse_size("2^99").is_err());
+        assert!(super::parse_size("x").is_err());
+    }
+}

@@ -75,13 +75,13 @@ fn chunk_config(
             info.max_shared_per_block_optin
         )));
     }
-    if smem > 48 * 1024 {
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )
-        .map_err(driver("allowing dynamic shared memory"))?;
-    }
+    // Always raise the kernel's dynamic shared-memory limit to what this launch asks: the
+    // default (48 KiB less the kernel's static shared memory) is smaller than it looks.
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )
+    .map_err(driver("allowing dynamic shared memory"))?;
     let per_sm = f
         .occupancy_max_active_blocks_per_multiprocessor(block, smem, None)
         .map_err(driver("reading kernel occupancy"))?

@@ -1,0 +1,254 @@
+//! `joinkit-bench codec`: the cascaded codec's ratio and throughput per scheme and for the
+//! sampled selector on synthetic u64 columns (sorted, runs, random, small range, and an
+//! `l_orderkey`-like column), then the fused many-buffer path against one large buffer.
+//!
+//! Throughput counts input bytes for encode and output bytes for decode (the decoded column);
+//! the fraction is (bytes read + bytes written) over the measured copy bandwidth.
+
+use std::ops::Range;
+
+use clap::Args;
+use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
+use joinkit_cuda::{Device, DeviceKind, Error, Result, hash, with_backend};
+
+use crate::measure::{Timing, copy_bandwidth, time};
+
+/// Options of `codec`.
+#[derive(Args, Debug)]
+pub(crate) struct CodecArgs {
+    /// Values (u64) per column; default 2^28 on a GPU, 2^22 on a CPU.
+    #[arg(long)]
+    values: Option<usize>,
+    /// Values per chunk (a power of two, 256..=8192).
+    #[arg(long, default_value_t = joinkit_codec::DEFAULT_CHUNK_VALUES)]
+    chunk: u32,
+    /// Schemes to measure, comma separated (`bp,delta+bp,rle+delta+bp`); default: the
+    /// selector's candidates.
+    #[arg(long)]
+    schemes: Option<String>,
+    /// Columns to measure, comma separated, from: sorted, runs, random, small, orderkey.
+    #[arg(long, default_value = "sorted,runs,random,small,orderkey")]
+    columns: String,
+    /// Buffers of the fused many-buffer run (default 1024 on a GPU, 64 on a CPU).
+    #[arg(long)]
+    buffers: Option<usize>,
+    /// Values per buffer of the fused run (default 2^18 on a GPU, 2^16 on a CPU).
+    #[arg(long)]
+    buffer_values: Option<usize>,
+    /// Timed repetitions (the median is reported); default 10 on a GPU, 3 on a CPU.
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Skip checking every decode against the input.
+    #[arg(long)]
+    no_check: bool,
+}
+
+pub(crate) fn run(device: &Device, args: &CodecArgs) -> Result<()> {
+    with_backend!(device, b => bench(b, args))
+}
+
+/// A synthetic column of `n` u64 values.
+fn column(name: &str, n: usize) -> Result<Vec<u64>> {
+    let h = |i: u64, s: u64| hash::hash64(i, s);
+    Ok(match name {
+        "sorted" => (0..n as u64)
+            .map(|i| 1_000_000 + i * 3 + h(i, 1) % 3)
+            .collect(),
+        "runs" => (0..n as u64)
+            .map(|i| h(i / (16 + h(i >> 10, 2) % 200), 3) % 1_000_000)
+            .collect(),
+        "random" => (0..n as u64).map(|i| h(i, 4)).collect(),
+        "small" => (0..n as u64).map(|i| 5_000_000 + h(i, 5) % 1000).collect(),
+        "orderkey" => orderkeys(n),
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown column {name:?} (sorted, runs, random, small, orderkey)"
+            )));
+        }
+    })
+}
+
+/// Like TPC-H's `l_orderkey`: sorted order keys, 1 to 7 lines each, keys in the sparse
+/// pattern of `o_orderkey` (8 used out of every 32).
+fn orderkeys(n: usize) -> Vec<u64> {
+    let mut v = Vec::with_capacity(n);
+    let mut order = 0u64;
+    while v.len() < n {
+        let key = (order / 8) * 32 + order % 8 + 1;
+        let lines = 1 + hash::hash64(order, 6) % 7;
+        for _ in 0..lines {
+            v.push(key);
+        }
+        order += 1;
+    }
+    v.truncate(n);
+    v
+}
+
+struct Measured {
+    ratio: f64,
+    encode: Timing,
+    decode: Timing,
+    encoded_words: usize,
+}
+
+/// How every measurement of one run is made.
+struct Settings {
+    opts: CodecOptions,
+    repeat: usize,
+    /// Check each decode against the input.
+    check: bool,
+}
+
+/// Encodes and decodes `input` split at `bounds` with `scheme`, timing both; checks the
+/// decode against `host` unless told not to.
+fn measure<B: Codec>(
+    b: &B,
+    input: &B::Buf<u64>,
+    host: &[u64],
+    bounds: &[usize],
+    scheme: &Scheme,
+    set: &Settings,
+) -> Result<Measured> {
+    let (opts, repeat, check) = (&set.opts, set.repeat, set.check);
+    let mut scratch = B::Scratch::default();
+    let (mut enc, mut ranges): (B::Buf<u64>, Vec<Range<usize>>) =
+        b.compress_many_with(input, bounds, scheme, opts, &mut scratch)?;
+    let encode = time(b, 1, repeat, || {
+        (enc, ranges) = b.compress_many_with(input, bounds, scheme, opts, &mut scratch)?;
+        Ok(())
+    })?;
+    let mut out = b.alloc::<u64>(host.len())?;
+    let decode = time(b, 1, repeat, || {
+        b.decompress_many_into(&enc, &ranges, &mut out).map(|_| ())
+    })?;
+    if check && b.download(&out)? != host {
+        return Err(Error::InvalidArgument(format!(
+            "codec check FAILED: {scheme} did not round-trip on {}",
+            b.describe()
+        )));
+    }
+    let words = joinkit_cuda::Buffer::len(&enc);
+    Ok(Measured {
+        ratio: (host.len() * 8) as f64 / (words * 8).max(1) as f64,
+        encode,
+        decode,
+        encoded_words: words,
+    })
+}
+
+fn report(label: &str, scheme: &str, m: &Measured, values: usize, copy_gbps: f64) {
+    let raw = (values * 8) as f64;
+    let enc = m.encoded_words as f64 * 8.0;
+    let gbps = |bytes: f64, t: &Timing| bytes / (t.median_ms * 1e-3) / 1e9;
+    let (e, d) = (gbps(raw, &m.encode), gbps(raw, &m.decode));
+    let (ef, df) = (
+        gbps(raw + enc, &m.encode) / copy_gbps,
+        gbps(raw + enc, &m.decode) / copy_gbps,
+    );
+    println!(
+        "{label:<10} {scheme:<20} {:>8.2}x  encode {:8.3} ms {e:8.1} GB/s ({ef:4.2} of copy)  decode {:8.3} ms {d:8.1} GB/s ({df:4.2} of copy)",
+        m.ratio, m.encode.median_ms, m.decode.median_ms
+    );
+}
+
+fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
+    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
+    let n = args.values.unwrap_or(if gpu { 1 << 28 } else { 1 << 22 });
+    let repeat = args.repeat.unwrap_or(if gpu { 10 } else { 3 });
+    if n == 0 {
+        return Err(Error::EmptyInput("codec needs at least one value"));
+    }
+    let opts = CodecOptions {
+        chunk_values: args.chunk,
+    };
+    opts.check()?;
+    let schemes: Vec<Scheme> = match &args.schemes {
+        Some(s) => s
+            .split(',')
+            .map(str::parse)
+            .collect::<Result<Vec<Scheme>>>()?,
+        None => Scheme::candidates(),
+    };
+    println!("device: {}", b.describe());
+    let (copy_gbps, _) = copy_bandwidth(b, n.max(1 << 20), repeat)?;
+    println!(
+        "copy bandwidth {copy_gbps:.1} GB/s (read + write); {n} u64 values per column, chunks of {}",
+        opts.chunk_values
+    );
+    let set = Settings {
+        opts,
+        repeat,
+        check: !args.no_check,
+    };
+    let selector = SelectorConfig {
+        options: opts,
+        ..SelectorConfig::default()
+    };
+    let whole = [0, n];
+    let mut orderkey_input: Option<(B::Buf<u64>, Vec<u64>, Scheme)> = None;
+    for name in args.columns.split(',').map(str::trim) {
+        let host = column(name, n)?;
+        let input = b.upload(&host)?;
+        for s in &schemes {
+            let m = measure(b, &input, &host, &whole, s, &set)?;
+            report(name, &s.to_string(), &m, n, copy_gbps);
+        }
+        let sel = b.select_scheme(&input, &selector)?;
+        let m = measure(b, &input, &host, &whole, &sel.scheme, &set)?;
+        report(name, "selector", &m, n, copy_gbps);
+        println!("{name:<10} selector chose {sel}");
+        if name == "orderkey" {
+            orderkey_input = Some((input, host, sel.scheme));
+        }
+    }
+
+    // Fused many-buffer path: the orderkey column in buffers of varying size against one
+    // buffer of the same values.
+    let k = args.buffers.unwrap_or(if gpu { 1024 } else { 64 });
+    let per = args
+        .buffer_values
+        .unwrap_or(if gpu { 1 << 18 } else { 1 << 16 });
+    let total = k
+        .checked_mul(per)
+        .ok_or(Error::SizeOverflow("buffers x values"))?;
+    if k == 0 || total == 0 {
+        return Ok(());
+    }
+    let (input, host, scheme) = match orderkey_input {
+        Some(x) if x.1.len() == total => x,
+        _ => {
+            let host = orderkeys(total);
+            let input = b.upload(&host)?;
+            let scheme = b.select_scheme(&input, &selector)?.scheme;
+            (input, host, scheme)
+        }
+    };
+    // Interior cuts jittered by up to a sixteenth of a buffer: buffers of different sizes.
+    let jitter = (per / 16).max(1) as u64;
+    let bounds: Vec<usize> = (0..=k)
+        .map(|i| {
+            if i == 0 || i == k {
+                i * per
+            } else {
+                i * per - (hash::hash64(i as u64, 7) % jitter) as usize
+            }
+        })
+        .collect();
+    let one = measure(b, &input, &host, &[0, total], &scheme, &set)?;
+    report("orderkey", &format!("{scheme} x1"), &one, total, copy_gbps);
+    let many = measure(b, &input, &host, &bounds, &scheme, &set)?;
+    report(
+        "orderkey",
+        &format!("{scheme} x{k}"),
+        &many,
+        total,
+        copy_gbps,
+    );
+    println!(
+        "fused {k} buffers vs one: encode {:.2}x the time, decode {:.2}x the time",
+        many.encode.median_ms / one.encode.median_ms,
+        many.decode.median_ms / one.decode.median_ms
+    );
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! `joinkit-bench gather`: gather throughput over sizes, value widths and map shapes, as
+//! elements/s, GB/s (map + values read + output written) and the fraction of the measured copy
+//! bandwidth. On CUDA the kernel's clustered (shared-memory) path is also compared with the
+//! direct path.
+
+use clap::Args;
+use joinkit_cuda::{Buffer, Device, DeviceKind, Element, Error, Key, Result, hash, with_backend};
+use joinkit_primitives::{Bounds, Gather, Sort};
+
+use crate::measure::{copy_bandwidth, time};
+
+/// Options of `gather`.
+#[derive(Args, Debug)]
+pub(crate) struct GatherArgs {
+    /// log2 of the sizes to sweep (default 16,20,24,26,28 on a GPU, 16,20,22 on a CPU).
+    #[arg(long, value_delimiter = ',')]
+    log2_sizes: Vec<u32>,
+    /// Value widths in bytes (4, 8).
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    widths: Vec<u32>,
+    /// Map index widths in bytes (4, 8).
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    map_widths: Vec<u32>,
+    /// Map shapes: identity, half (i/2), window (shuffles inside 1024-element windows),
+    /// random (a random permutation).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "identity,half,window,random"
+    )]
+    maps: Vec<String>,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    repeat: usize,
+}
+
+pub(crate) fn run(device: &Device, args: &GatherArgs) -> Result<()> {
+    with_backend!(device, b => sweep(b, args))?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(g) = device {
+        gpu_paths(g, args)?;
+    }
+    Ok(())
+}
+
+fn sizes(args: &GatherArgs, gpu: bool) -> Vec<usize> {
+    let logs = if args.log2_sizes.is_empty() {
+        if gpu {
+            vec![16, 20, 24, 26, 28]
+        } else {
+            vec![16, 20, 22]
+        }
+    } else {
+        args.log2_sizes.clone()
+    };
+    logs.into_iter().map(|l| 1usize << l).collect()
+}
+
+/// A map of shape `kind` over `0..n` (a permutation except for `half`), built on the backend.
+pub(crate) fn make_map<B: Sort, I: Key>(b: &B, kind: &str, n: usize) -> Result<B::Buf<I>> {
+    let host: Vec<I> = match kind {
+        "identity" => (0..n as u64).map(I::from_u64).collect(),
+        "half" => (0..n as u64).map(|i| I::from_u64(i / 2)).collect(),
+        "window" => (0..n as u64)
+            .map(|i| {
+                // x -> (a x + c) mod 1024 with odd a is a bijection of each aligned window;
+                // the tail window past the last multiple of 1024 keeps identity.
+                let w = i >> 10;
+                if (w + 1) << 10 > n as u64 {
+                    return I::from_u64(i);
+                }
+                let h = hash::hash64(w, 11);
+                I::from_u64(
+                    (w << 10) | ((i & 1023).wrapping_mul(h | 1).wrapping_add(h >> 32) & 1023),
+                )
+            })
+            .collect(),
+        "random" => {
+            // A random permutation: row ids sorted by random keys, on the backend.
+            let mut keys = b.alloc::<u64>(n)?;
+            b.fill_random(&mut keys, 5, u64::MAX)?;
+            let mut ids = b.alloc::<I>(n)?;
+            b.iota(&mut ids, 0)?;
+            return Ok(b.sort_pairs(&keys, &ids, 0..64)?.1);
+        }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown map shape {other:?} (identity, half, window, random)"
+            )));
+        }
+    };
+    b.upload(&host)
+}
+
+fn sweep<B: Gather + Sort>(b: &B, args: &GatherArgs) -> Result<()> {
+    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
+    let sizes = sizes(args, gpu);
+    let largest = *sizes
+        .iter()
+        .max()
+        .ok_or(Error::EmptyInput("no sizes to measure"))?;
+    println!("device: {}", b.describe());
+    let (copy_gbps, _) = copy_bandwidth(b, largest.max(1 << 20), args.repeat)?;
+    println!("copy bandwidth {copy_gbps:.1} GB/s (read + write, {largest} x u32)");
+    println!(
+        "{:<8} {:>5} {:>5} {:>10} {:>10} {:>11} {:>9} {:>7}",
+        "map", "value", "index", "n", "median ms", "G elem/s", "GB/s", "of copy"
+    );
+    for &n in &sizes {
+        for &w in &args.widths {
+            for &iw in &args.map_widths {
+                for kind in &args.maps {
+                    let (ms, bytes) = match (w, iw) {
+                        (4, 4) => one::<B, u32, u32>(b, kind, n, args.repeat)?,
+                        (4, 8) => one::<B, u32, u64>(b, kind, n, args.repeat)?,
+                        (8, 4) => one::<B, u64, u32>(b, kind, n, args.repeat)?,
+                        (8, 8) => one::<B, u64, u64>(b, kind, n, args.repeat)?,
+                        _ => return Err(Error::InvalidArgument("widths are 4 or 8 bytes".into())),
+                    };
+                    let gbps = bytes / (ms * 1e-3) / 1e9;
+                    println!(
+                        "{kind:<8} {:>4}B {:>4}B {n:>10} {ms:>10.3} {:>11.3} {gbps:>9.1} {:>6.1}%",
+                        w,
+                        iw,
+                        n as f64 / (ms * 1e-3) / 1e9,
+                        100.0 * gbps / copy_gbps
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Median milliseconds and bytes moved of one gather configuration.
+fn one<B: Gather + Sort, T: Element, I: Key>(
+    b: &B,
+    kind: &str,
+    n: usize,
+    repeat: usize,
+) -> Result<(f64, f64)> {
+    let mut src = b.alloc::<T>(n)?;
+    b.fill_random(&mut src, 1, u64::MAX)?;
+    let map = make_map::<B, I>(b, kind, n)?;
+    let mut out = b.alloc::<T>(map.len())?;
+    let t = time(b, 2, repeat, || {
+        b.gather_into(&src, &map, &mut out, Bounds::Trust)
+    })?;
+    let bytes = n as f64 * (2 * std::mem::size_of::<T>() + std::mem::size_of::<I>()) as f64;
+    Ok((t.median_ms, bytes))
+}
+
+/// The kernel's two paths on the device (view level, reused bounds check): the automatic
+/// clustered path against the direct one, largest size only.
+#[cfg(feature = "cuda")]
+fn gpu_paths(g: &joinkit_cuda::CudaBackend, args: &GatherArgs) -> Result<()> {
+    use joinkit_cuda::Backend;
+    use joinkit_primitives::cuda::{BoundsCheck, GatherPath, gather_columns};
+    let n = *sizes(args, true)
+        .iter()
+        .max()
+        .ok_or(Error::EmptyInput("no sizes"))?;
+    println!("kernel paths at n = {n}, 4-byte values and indices (view level):");
+    let mut src = g.alloc::<u32>(n)?;
+    g.fill_random(&mut src, 1, u64::MAX)?;
+    let mut out = g.alloc::<u32>(n)?;
+    let mut check = BoundsCheck::new(g)?;
+    for kind in &args.maps {
+        let map = make_map::<_, u32>(g, kind, n)?;
+        for path in [GatherPath::Auto, GatherPath::Direct] {
+            let t = time(g, 2, args.repeat, || {
+                let mut ov = out.view_mut();
+                gather_columns(
+                    g,
+                    &[src.view()],
+                    &map.view(),
+                    std::slice::from_mut(&mut ov),
+                    path,
+                    &mut check,
+                )
+            })?;
+            let gbps = n as f64 * 12.0 / (t.median_ms * 1e-3) / 1e9;
+            println!(
+                "  {kind:<8} {path:?}: {:.3} ms, {gbps:.1} GB/s",
+                t.median_ms
+            );
+        }
+    }
+    if check.take(g)?.is_some() {
+        return Err(Error::InvalidArgument("benchmark map out of range".into()));
+    }
+    Ok(())
+}

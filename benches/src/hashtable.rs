@@ -1,0 +1,189 @@
+//! `joinkit-bench hashtable`: hash-table build and probe rates (G keys/s) over sizes, load
+//! factors, hit rates and key multiplicity, for every table kind and probing policy, next to
+//! the random-access floors measured in the same run (one random 8-byte write per build key,
+//! one random 8-byte read per probe key) and reported as a fraction of them.
+
+use clap::Args;
+use joinkit_cuda::{Device, DeviceKind, Error, Key, Result, hash, with_backend};
+use joinkit_hashtable::{HashTables, Probing, RandomAccessFloors, TableConfig, TableKind};
+
+use crate::measure::{copy_bandwidth, time};
+
+/// Options of `hashtable`.
+#[derive(Args, Debug)]
+pub(crate) struct HashtableArgs {
+    /// Build sizes as powers of two; default 20,24,27 on a GPU, 14,18 on a CPU.
+    #[arg(long, value_delimiter = ',')]
+    log2_sizes: Option<Vec<u32>>,
+    /// Probe rows per build row.
+    #[arg(long, default_value_t = 2)]
+    probe_factor: usize,
+    /// Open-addressing load factors (chaining always runs at 1 row per bucket).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9")]
+    load_factors: Vec<f64>,
+    /// Probe hit rates in percent.
+    #[arg(long, value_delimiter = ',', default_value = "100,50")]
+    hit_rates: Vec<u32>,
+    /// Build rows per distinct key (1 = unique; above 1 skips the key-value kind).
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    multiplicity: Vec<usize>,
+    /// Key width in bits: 32 or 64.
+    #[arg(long, default_value_t = 32)]
+    key_bits: u32,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    repeat: usize,
+}
+
+pub(crate) fn run(device: &Device, args: &HashtableArgs) -> Result<()> {
+    with_backend!(device, b => match args.key_bits {
+        32 => bench::<_, u32>(b, args),
+        64 => bench::<_, u64>(b, args),
+        k => Err(Error::InvalidArgument(format!("--key-bits {k}: use 32 or 64"))),
+    })
+}
+
+/// Row `i`'s distinct key: an odd multiplier is a bijection, so keys `0..n` are distinct and
+/// keys `n..` are misses.
+fn key_of<K: Key>(i: u64) -> K {
+    K::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+fn rate(keys: usize, ms: f64) -> f64 {
+    keys as f64 / (ms * 1e-3) / 1e9
+}
+
+fn bench<B: HashTables + RandomAccessFloors, K: Key>(b: &B, args: &HashtableArgs) -> Result<()> {
+    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
+    let sizes =
+        args.log2_sizes
+            .clone()
+            .unwrap_or(if gpu { vec![20, 24, 27] } else { vec![14, 18] });
+    if sizes.is_empty() || args.probe_factor == 0 || sizes.iter().any(|&s| s > 31) {
+        return Err(Error::InvalidArgument(
+            "hashtable needs sizes in 0..=31 and a probe factor of at least 1".into(),
+        ));
+    }
+    println!("device: {}", b.describe());
+    let (gbps, _) = copy_bandwidth(b, if gpu { 1 << 28 } else { 1 << 24 }, args.repeat)?;
+    println!(
+        "copy bandwidth {gbps:.1} GB/s (read + write); key u{}",
+        K::BITS
+    );
+    println!(
+        "{:<10} {:<7} {:>4} {:>4} {:>4} {:>11} {:>11} | {:>7} {:>6} | {:>7} {:>6} | {:>7} {:>6} | {:>6} {:>6}",
+        "kind",
+        "probing",
+        "lf",
+        "mult",
+        "hit%",
+        "build",
+        "probe",
+        "build",
+        "/floor",
+        "find",
+        "/floor",
+        "cnt+ret",
+        "/floor",
+        "wr-fl",
+        "rd-fl"
+    );
+    for &log2 in &sizes {
+        let n = 1usize << log2;
+        let probes = n * args.probe_factor;
+        for &mult in &args.multiplicity {
+            let mult = mult.max(1);
+            let distinct = (n / mult).max(1) as u64;
+            let build: Vec<K> = (0..n as u64).map(|i| key_of(i / mult as u64)).collect();
+            let keys = b.upload(&build)?;
+            drop(build);
+            for &hit in &args.hit_rates {
+                let probe: Vec<K> = (0..probes as u64)
+                    .map(|j| {
+                        let h = hash::hash64(j, 7);
+                        if h % 100 < u64::from(hit) {
+                            key_of((h >> 8) % distinct)
+                        } else {
+                            key_of(n as u64 + j)
+                        }
+                    })
+                    .collect();
+                let probe = b.upload(&probe)?;
+                let mut configs = Vec::new();
+                for kind in [TableKind::KeyValue, TableKind::HashRow] {
+                    if kind == TableKind::KeyValue && mult > 1 {
+                        continue;
+                    }
+                    for probing in [Probing::Linear, Probing::Double] {
+                        for &lf in &args.load_factors {
+                            configs.push(TableConfig::new(kind).probing(probing).load_factor(lf));
+                        }
+                    }
+                }
+                configs.push(TableConfig::chained());
+                for config in configs {
+                    row(b, args, &keys, &probe, &config, mult, hit)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn row<B: HashTables + RandomAccessFloors, K: Key>(
+    b: &B,
+    args: &HashtableArgs,
+    keys: &B::Buf<K>,
+    probe: &B::Buf<K>,
+    config: &TableConfig,
+    mult: usize,
+    hit: u32,
+) -> Result<()> {
+    use joinkit_cuda::Buffer as _;
+    let (n, probes) = (keys.len(), probe.len());
+    // Floors over a table of as many 8-byte words as the table has slots.
+    let words = config.capacity_for(n)?;
+    let mut floor_table = b.alloc::<u64>(words)?;
+    b.fill(&mut floor_table, 0)?;
+    let mut floor_out = b.alloc::<u32>(probes)?;
+    let fw = time(b, 1, args.repeat, || {
+        b.floor_random_write(keys, &mut floor_table, 1)
+    })?;
+    let fr = time(b, 1, args.repeat, || {
+        b.floor_random_read(probe, &floor_table, &mut floor_out, 1)
+    })?;
+    drop((floor_table, floor_out));
+    let (wr_floor, rd_floor) = (rate(n, fw.median_ms), rate(probes, fr.median_ms));
+
+    let tb = time(b, 1, args.repeat, || b.build_table(keys, config).map(drop))?;
+    let table = b.build_table(keys, config)?;
+    let tf = time(b, 1, args.repeat, || b.find(&table, probe).map(drop))?;
+    let tr = time(b, 1, args.repeat, || b.probe_pairs(&table, probe).map(drop))?;
+    let (build, find, pairs) = (
+        rate(n, tb.median_ms),
+        rate(probes, tf.median_ms),
+        rate(probes, tr.median_ms),
+    );
+    let (kind, probing, lf) = match config.kind() {
+        TableKind::Chained => ("chained", "-", table.load_factor()),
+        k => (
+            if k == TableKind::KeyValue {
+                "key_value"
+            } else {
+                "hash_row"
+            },
+            match config.probing_policy() {
+                Probing::Linear => "linear",
+                Probing::Double => "double",
+            },
+            table.load_factor(),
+        ),
+    };
+    println!(
+        "{kind:<10} {probing:<7} {lf:>4.2} {mult:>4} {hit:>4} {n:>11} {probes:>11} | {build:>7.2} {:>6.2} | {find:>7.2} {:>6.2} | {pairs:>7.2} {:>6.2} | {wr_floor:>6.2} {rd_floor:>6.2}",
+        build / wr_floor,
+        find / rd_floor,
+        pairs / rd_floor
+    );
+    Ok(())
+}

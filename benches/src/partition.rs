@@ -1,0 +1,365 @@
+//! `joinkit-bench partition`: radix (one 8-bit pass), hash (fan-out 256 and 1024) and
+//! bucket-chain partitioning over a sweep of sizes, key/payload widths and key distributions,
+//! each reported as elements/s, GB/s and the fraction of the copy bandwidth measured at start.
+//!
+//! Bytes are counted as the kernels move them: a radix or hash partition reads the keys once
+//! for the histogram, then reads keys and payloads and writes them once (`K + 2 (K + V)` per
+//! row); a bucket-chain partition reads and writes once (`2 (K + V)`). On CUDA the outputs and
+//! scratch are allocated once per case and the view-level entry points are timed, so the
+//! figures are the kernels' (histogram, scan, scatter), not the allocator's.
+
+use clap::Args;
+use joinkit_cuda::{
+    Backend, CpuBackend, Device, DeviceKind, Error, Key, Result, hash, with_backend,
+};
+use joinkit_partition::{
+    BucketChainPartition, Column, HashPartition, Partitioner, RadixPartition, RowIds,
+};
+
+use crate::measure::{Timing, copy_bandwidth, time};
+
+/// Options of `partition`.
+#[derive(Args, Debug)]
+pub(crate) struct PartitionArgs {
+    /// Sizes as powers of two, `LO..=HI` stepping by 2 (default 16..=28 on a GPU: from
+    /// cache-resident to 2^28; 12..=20 on a CPU).
+    #[arg(long)]
+    log_sizes: Option<String>,
+    /// Key x payload widths in bytes, comma separated.
+    #[arg(long, default_value = "4x4,8x8")]
+    widths: String,
+    /// Operations, comma separated: radix8, hash256, hash1024, bucket.
+    #[arg(long, default_value = "radix8,hash256,hash1024,bucket")]
+    ops: String,
+    /// Key distributions, comma separated: uniform, zipf (hash-based power law).
+    #[arg(long, default_value = "uniform,zipf")]
+    dists: String,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    repeat: usize,
+    /// Elements (u32) for the copy-bandwidth reference; default 2^28 on a GPU, 2^24 on a CPU.
+    #[arg(long)]
+    copy_elements: Option<usize>,
+}
+
+/// One partition operation of the sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// Stable radix partition on bits 0..8.
+    Radix8,
+    /// Hash partition at this fan-out.
+    Hash(usize),
+    /// Bucket-chain partition, hash fan-out 256, buckets of 4096 rows.
+    Bucket,
+}
+
+const BUCKET_FANOUT: usize = 256;
+const BUCKET_CAPACITY: usize = 4096;
+
+impl Op {
+    fn parse(s: &str) -> Result<Op> {
+        match s.trim() {
+            "radix8" => Ok(Op::Radix8),
+            "hash256" => Ok(Op::Hash(256)),
+            "hash1024" => Ok(Op::Hash(1024)),
+            "bucket" => Ok(Op::Bucket),
+            o => Err(Error::InvalidArgument(format!(
+                "unknown operation {o:?}: radix8, hash256, hash1024, bucket"
+            ))),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Op::Radix8 => "radix8".into(),
+            Op::Hash(f) => format!("hash{f}"),
+            Op::Bucket => format!("bucket{BUCKET_FANOUT}"),
+        }
+    }
+
+    /// Bytes read plus written per row for keys of `k` and payloads of `v` bytes.
+    fn bytes_per_row(self, k: usize, v: usize) -> usize {
+        match self {
+            Op::Radix8 | Op::Hash(_) => k + 2 * (k + v),
+            Op::Bucket => 2 * (k + v),
+        }
+    }
+}
+
+fn list<T>(s: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(parse)
+        .collect()
+}
+
+fn widths(s: &str) -> Result<(usize, usize)> {
+    match s.trim() {
+        "4x4" => Ok((4, 4)),
+        "4x8" => Ok((4, 8)),
+        "8x4" => Ok((8, 4)),
+        "8x8" => Ok((8, 8)),
+        w => Err(Error::InvalidArgument(format!(
+            "widths {w:?}: KxV with K, V in 4, 8"
+        ))),
+    }
+}
+
+fn log_range(s: &str) -> Result<Vec<u32>> {
+    let bad = || Error::InvalidArgument(format!("log sizes {s:?}: LO..=HI, e.g. 16..=28"));
+    let (lo, hi) = s.split_once("..=").ok_or_else(bad)?;
+    let (lo, hi): (u32, u32) = (
+        lo.trim().parse().map_err(|_| bad())?,
+        hi.trim().parse().map_err(|_| bad())?,
+    );
+    if lo > hi || hi > 34 {
+        return Err(bad());
+    }
+    Ok((lo..=hi).step_by(2).collect())
+}
+
+pub(crate) fn run(device: &Device, args: &PartitionArgs) -> Result<()> {
+    with_backend!(device, b => sweep(b, args))
+}
+
+fn sweep<B: Bench>(b: &B, args: &PartitionArgs) -> Result<()> {
+    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
+    let logs = match &args.log_sizes {
+        Some(s) => log_range(s)?,
+        None if gpu => log_range("16..=28")?,
+        None => log_range("12..=20")?,
+    };
+    let ops = list(&args.ops, Op::parse)?;
+    let shapes = list(&args.widths, widths)?;
+    let dists = list(&args.dists, |d| match d.trim() {
+        "uniform" => Ok(false),
+        "zipf" => Ok(true),
+        d => Err(Error::InvalidArgument(format!(
+            "distribution {d:?}: uniform or zipf"
+        ))),
+    })?;
+    let copy_n = args
+        .copy_elements
+        .unwrap_or(if gpu { 1 << 28 } else { 1 << 24 });
+    if copy_n == 0 || logs.is_empty() || ops.is_empty() {
+        return Err(Error::EmptyInput(
+            "partition needs sizes, operations and a copy size",
+        ));
+    }
+    println!("device: {}", b.describe());
+    let (copy_gbps, t) = copy_bandwidth(b, copy_n, args.repeat)?;
+    println!(
+        "copy  {copy_n:>11} x u32  median {:8.3} ms  {copy_gbps:7.1} GB/s (read + write): the 100% below",
+        t.median_ms
+    );
+    println!(
+        "{:<10} {:>4} {:<7} {:>11} {:>10} {:>10} {:>9} {:>7}",
+        "op", "KxV", "keys", "rows", "median ms", "G rows/s", "GB/s", "of copy"
+    );
+    for &(kw, vw) in &shapes {
+        for &zipf in &dists {
+            for &log in &logs {
+                let n = 1usize << log;
+                if kw == 4 {
+                    case::<B, u32>(b, &ops, n, vw, zipf, args.repeat, copy_gbps)?;
+                } else {
+                    case::<B, u64>(b, &ops, n, vw, zipf, args.repeat, copy_gbps)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Keys: uniform random bits, or a hash-based power law (`low bits >> (hash % width)`: half
+/// the keys below 2^(W/2), a few values very frequent), generated on the host for the latter.
+fn make_keys<B: Backend, K: Key>(b: &B, n: usize, zipf: bool) -> Result<B::Buf<K>> {
+    if !zipf {
+        let mut k = b.alloc::<K>(n)?;
+        b.fill_random(&mut k, 42, u64::MAX)?;
+        return Ok(k);
+    }
+    let mut h = vec![0u64; n];
+    CpuBackend::new().fill_random(&mut h, 42, u64::MAX)?;
+    let host: Vec<K> = h
+        .iter()
+        .map(|&x| {
+            let shift = hash::fmix64(x) % u64::from(K::BITS);
+            K::from_u64(K::from_u64(x).to_u64() >> shift)
+        })
+        .collect();
+    b.upload(&host)
+}
+
+fn case<B: Bench, K: Key>(
+    b: &B,
+    ops: &[Op],
+    n: usize,
+    vw: usize,
+    zipf: bool,
+    repeat: usize,
+    copy_gbps: f64,
+) -> Result<()> {
+    let keys = make_keys::<B, K>(b, n, zipf)?;
+    let vals = if vw == 4 {
+        let mut v = b.alloc::<u32>(n)?;
+        b.iota(&mut v, 0)?;
+        Column::U32(v)
+    } else {
+        let mut v = b.alloc::<u64>(n)?;
+        b.iota(&mut v, 0)?;
+        Column::U64(v)
+    };
+    for &op in ops {
+        let t = b.time_partition(op, &keys, &vals, repeat)?;
+        let secs = t.median_ms * 1e-3;
+        let gbps = (op.bytes_per_row(size_of::<K>(), vw) * n) as f64 / secs / 1e9;
+        println!(
+            "{:<10} {:>1}x{:<2} {:<7} {n:>11} {:>10.3} {:>10.3} {gbps:>9.1} {:>6.1}%",
+            op.name(),
+            size_of::<K>(),
+            vw,
+            if zipf { "zipf" } else { "uniform" },
+            t.median_ms,
+            n as f64 / secs / 1e9,
+            100.0 * gbps / copy_gbps,
+        );
+    }
+    Ok(())
+}
+
+/// How each backend times an operation: the CPU through the backend-level traits; CUDA through
+/// the view-level entry points on outputs and scratch allocated once.
+trait Bench: RadixPartition + HashPartition + BucketChainPartition {
+    fn time_partition<K: Key>(
+        &self,
+        op: Op,
+        keys: &Self::Buf<K>,
+        vals: &Column<Self>,
+        repeat: usize,
+    ) -> Result<Timing>;
+}
+
+impl Bench for CpuBackend {
+    fn time_partition<K: Key>(
+        &self,
+        op: Op,
+        keys: &Vec<K>,
+        vals: &Column<Self>,
+        repeat: usize,
+    ) -> Result<Timing> {
+        let cols = std::slice::from_ref(vals);
+        let by = Partitioner::Hash {
+            fanout: BUCKET_FANOUT,
+            seed: 1,
+        };
+        time(self, 1, repeat, || {
+            match op {
+                Op::Radix8 => drop(self.radix_partition(keys, cols, 0..8, RowIds::None)?),
+                Op::Hash(f) => drop(self.hash_partition(keys, cols, f, 1, RowIds::None)?),
+                Op::Bucket => drop(self.bucket_chain_partition(
+                    keys,
+                    cols,
+                    &by,
+                    BUCKET_CAPACITY,
+                    RowIds::None,
+                )?),
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Bench for joinkit_cuda::CudaBackend {
+    fn time_partition<K: Key>(
+        &self,
+        op: Op,
+        keys: &Self::Buf<K>,
+        vals: &Column<Self>,
+        repeat: usize,
+    ) -> Result<Timing> {
+        use joinkit_partition::bucket_pool_buckets;
+        use joinkit_partition::cuda::{self as pc, ChainsOut, ColumnIn, ColumnOut};
+        let n = keys.len();
+        let mut scratch = joinkit_cuda::Scratch::new();
+        let by = Partitioner::Hash {
+            fanout: BUCKET_FANOUT,
+            seed: 1,
+        };
+        let like = |len: usize| -> Result<Column<Self>> {
+            Ok(joinkit_cuda::map_column!(vals, _v, T => self.alloc::<T>(len)?))
+        };
+        match op {
+            Op::Radix8 | Op::Hash(_) => {
+                let fanout = if let Op::Hash(f) = op { f } else { 256 };
+                let mut keys_out = self.alloc::<K>(n)?;
+                let mut vals_out = like(n)?;
+                let mut offsets = self.alloc::<u64>(fanout + 1)?;
+                time(self, 1, repeat, || {
+                    let pairs = [(
+                        ColumnIn::from_column(vals),
+                        ColumnOut::from_column(&mut vals_out),
+                    )];
+                    let (ki, mut ko, mut off) =
+                        (keys.view(), keys_out.view_mut(), offsets.view_mut());
+                    match op {
+                        Op::Hash(f) => pc::hash_partition(
+                            self,
+                            &ki,
+                            &mut ko,
+                            &pairs,
+                            None,
+                            &mut off,
+                            f,
+                            1,
+                            &mut scratch,
+                        ),
+                        _ => pc::radix_partition(
+                            self,
+                            &ki,
+                            &mut ko,
+                            &pairs,
+                            None,
+                            &mut off,
+                            0..8,
+                            &mut scratch,
+                        ),
+                    }
+                })
+            }
+            Op::Bucket => {
+                let pool = bucket_pool_buckets(n, BUCKET_FANOUT, BUCKET_CAPACITY)?;
+                let mut pool_keys = self.alloc::<K>(pool * BUCKET_CAPACITY)?;
+                let mut pool_vals = like(pool * BUCKET_CAPACITY)?;
+                let mut next = self.alloc::<u32>(pool)?;
+                let mut heads = self.alloc::<u32>(BUCKET_FANOUT)?;
+                let mut counts = self.alloc::<u64>(BUCKET_FANOUT)?;
+                let mut used = self.alloc::<u32>(1)?;
+                time(self, 1, repeat, || {
+                    let pairs = [(
+                        ColumnIn::from_column(vals),
+                        ColumnOut::from_column(&mut pool_vals),
+                    )];
+                    let out = ChainsOut {
+                        keys: pool_keys.view_mut(),
+                        next: next.view_mut(),
+                        heads: heads.view_mut(),
+                        counts: counts.view_mut(),
+                        used: used.view_mut(),
+                    };
+                    pc::bucket_chain_partition(
+                        self,
+                        &keys.view(),
+                        &pairs,
+                        None,
+                        out,
+                        &by,
+                        BUCKET_CAPACITY,
+                        &mut scratch,
+                    )
+                })
+            }
+        }
+    }
+}

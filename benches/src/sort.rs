@@ -1,0 +1,177 @@
+//! `joinkit-bench sort`: sort-pairs throughput of joinkit (the `Sort` trait, which allocates its
+//! outputs and scratch per call, and the view-level entry with reused buffers) against CUB
+//! called directly through raw `cub-sys` on the same keys.
+
+use clap::Args;
+use joinkit_cuda::{Backend, Device, DeviceKind, Error, Key, Result, with_backend};
+use joinkit_primitives::Sort;
+
+use crate::measure::time;
+
+/// Options of `sort`.
+#[derive(Args, Debug)]
+pub(crate) struct SortArgs {
+    /// log2 of the sizes to sweep (default 20,24,26,28 on a GPU, 16,20,22 on a CPU).
+    #[arg(long, value_delimiter = ',')]
+    log2_sizes: Vec<u32>,
+    /// Key widths in bytes (4, 8); values are 4-byte row ids.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    key_widths: Vec<u32>,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    repeat: usize,
+}
+
+pub(crate) fn run(device: &Device, args: &SortArgs) -> Result<()> {
+    with_backend!(device, b => sweep(b, args, device))
+}
+
+fn sweep<B: Sort>(b: &B, args: &SortArgs, device: &Device) -> Result<()> {
+    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
+    let logs = if args.log2_sizes.is_empty() {
+        if gpu {
+            vec![20, 24, 26, 28]
+        } else {
+            vec![16, 20, 22]
+        }
+    } else {
+        args.log2_sizes.clone()
+    };
+    println!("device: {}", b.describe());
+    println!(
+        "{:<5} {:>10} {:>14} {:>14} {:>14} {:>9}",
+        "key", "n", "trait M/s", "view M/s", "CUB M/s", "view/CUB"
+    );
+    for l in logs {
+        let n = 1usize << l;
+        for &w in &args.key_widths {
+            let trait_ms = match w {
+                4 => trait_sort::<B, u32>(b, n, args.repeat)?,
+                8 => trait_sort::<B, u64>(b, n, args.repeat)?,
+                _ => return Err(Error::InvalidArgument("key widths are 4 or 8 bytes".into())),
+            };
+            let (view_ms, cub_ms) = direct(device, w, n, args.repeat)?;
+            let rate = |ms: f64| n as f64 / (ms * 1e-3) / 1e6;
+            let fmt = |ms: Option<f64>| ms.map_or("-".to_string(), |m| format!("{:.1}", rate(m)));
+            let ratio = match (view_ms, cub_ms) {
+                (Some(v), Some(c)) => format!("{:.3}", c / v),
+                _ => "-".into(),
+            };
+            println!(
+                "{:>4}B {n:>10} {:>14.1} {:>14} {:>14} {ratio:>9}",
+                w,
+                rate(trait_ms),
+                fmt(view_ms),
+                fmt(cub_ms)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn inputs<B: Backend, K: Key>(b: &B, n: usize) -> Result<(B::Buf<K>, B::Buf<u32>)> {
+    let mut keys = b.alloc::<K>(n)?;
+    b.fill_random(&mut keys, 42, u64::MAX)?;
+    let mut vals = b.alloc::<u32>(n)?;
+    b.iota(&mut vals, 0)?;
+    Ok((keys, vals))
+}
+
+fn trait_sort<B: Sort, K: Key>(b: &B, n: usize, repeat: usize) -> Result<f64> {
+    let (keys, vals) = inputs::<B, K>(b, n)?;
+    let t = time(b, 1, repeat, || {
+        b.sort_pairs(&keys, &vals, 0..K::BITS).map(drop)
+    })?;
+    Ok(t.median_ms)
+}
+
+/// View-level joinkit and raw CUB on the GPU (None, None on the CPU).
+#[cfg(feature = "cuda")]
+fn direct(device: &Device, w: u32, n: usize, repeat: usize) -> Result<(Option<f64>, Option<f64>)> {
+    let Device::Cuda(g) = device else {
+        return Ok((None, None));
+    };
+    let (v, c) = if w == 4 {
+        (
+            view_sort::<u32>(g, n, repeat)?,
+            cub_sort::<u32>(g, n, repeat)?,
+        )
+    } else {
+        (
+            view_sort::<u64>(g, n, repeat)?,
+            cub_sort::<u64>(g, n, repeat)?,
+        )
+    };
+    Ok((Some(v), Some(c)))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn direct(_: &Device, _: u32, _: usize, _: usize) -> Result<(Option<f64>, Option<f64>)> {
+    Ok((None, None))
+}
+
+#[cfg(feature = "cuda")]
+fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, repeat: usize) -> Result<f64> {
+    let (keys, vals) = inputs::<_, K>(g, n)?;
+    let (mut ko, mut vo) = (g.alloc::<K>(n)?, g.alloc::<u32>(n)?);
+    let mut scratch = joinkit_cuda::Scratch::new();
+    let t = time(g, 1, repeat, || {
+        joinkit_primitives::cuda::sort_pairs(
+            g,
+            &keys.view(),
+            &vals.view(),
+            &mut ko.view_mut(),
+            &mut vo.view_mut(),
+            0..K::BITS,
+            &mut scratch,
+        )
+    })?;
+    Ok(t.median_ms)
+}
+
+/// CUB `DeviceRadixSort::SortPairs` through raw `cub-sys`, temp storage allocated once.
+#[cfg(feature = "cuda")]
+fn cub_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, repeat: usize) -> Result<f64> {
+    use joinkit_primitives::cuda::cub_sys;
+    let (keys, vals) = inputs::<_, K>(g, n)?;
+    let (ko, vo) = (g.alloc::<K>(n)?, g.alloc::<u32>(n)?);
+    g.bind_to_thread()?;
+    let s = g.stream().cu_stream() as cub_sys::cudaStream_t;
+    let (ki, vi) = (keys.device_ptr(), vals.device_ptr());
+    let (kp, vp) = (ko.device_ptr(), vo.device_ptr());
+    let bits = K::BITS as i32;
+    let call = |t: *mut std::ffi::c_void, bytes: *mut usize| {
+        // SAFETY: keys/values in and out hold n elements of the named widths; `t` is null (a
+        // size query) or `*bytes` bytes of device memory.
+        unsafe {
+            if K::BITS == 32 {
+                cub_sys::cubsys_sort_pairs_uint32_uint32(
+                    t, bytes, ki as _, kp as _, vi as _, vp as _, n as u64, 0, bits, s,
+                )
+            } else {
+                cub_sys::cubsys_sort_pairs_uint64_uint32(
+                    t, bytes, ki as _, kp as _, vi as _, vp as _, n as u64, 0, bits, s,
+                )
+            }
+        }
+    };
+    let status = |code: i32| {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(Error::Runtime {
+                op: "CUB sort pairs (direct)",
+                code,
+            })
+        }
+    };
+    let mut bytes = 0usize;
+    status(call(std::ptr::null_mut(), &mut bytes))?;
+    let temp = g.alloc::<u64>(bytes.div_ceil(8).max(1))?;
+    let tp = temp.device_ptr() as *mut std::ffi::c_void;
+    let t = time(g, 1, repeat, || {
+        let mut b = bytes;
+        status(call(tp, &mut b))
+    })?;
+    Ok(t.median_ms)
+}

@@ -1,0 +1,5 @@
+//! Compiles `kernels/*.cu` into the embedded fatbin when the `cuda` feature is on.
+
+fn main() {
+    joinkit_cuda_build::build_kernels();
+}

@@ -1,0 +1,550 @@
+// Partitioning kernels: per-chunk digit histograms, a scan of those histograms, a tile-ranking
+// scatter (stable, writes contiguous runs per partition), offsets of a sorted column, and the
+// bucket-chain partition with a global bucket pool.
+//
+// Shape shared with src/cuda.rs (keep the two in step):
+// - blocks of kThreads = 256 threads; a tile is kThreads * kItems elements (4096 for the 256-digit
+//   kernels, 2048 for the 1024-digit ones);
+// - the grid is `chunks` blocks; block c owns tiles [c * chunk_tiles, (c + 1) * chunk_tiles);
+// - counts[d * chunks + c] is the number of elements of chunk c in partition d (digit-major, so
+//   a per-row scan gives each chunk its place inside the partition).
+//
+// Within a tile, elements are ranked stably by digit in shared memory: each warp ranks its
+// 32 * kItems consecutive elements with __match_any_sync (one counter update per distinct digit
+// and item), warps are then combined per digit, and the tile is staged in shared memory in
+// digit order, so consecutive threads write consecutive addresses of one partition's run.
+#include <stdint.h>
+
+#include "joinkit/device.cuh"
+#include "joinkit/hash.cuh"
+
+namespace {
+
+using joinkit::kFullMask;
+using joinkit::kWarpSize;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kMaxColumns = 16;
+constexpr uint32_t kNoBucket = 0xffffffffu;
+constexpr uint32_t kInvalid = 0xffffffffu;  // digit of a lane past the end of the input
+
+template <int RADIX>
+struct Shape;
+template <>
+struct Shape<256> {
+  static constexpr int kItems = 16;
+};
+template <>
+struct Shape<1024> {
+  static constexpr int kItems = 8;
+};
+
+// Partition of a key: bits [shift, shift + log2(mask + 1)) (kind 0), or the seeded murmur hash
+// mapped onto [0, fanout) by a multiply-shift (kind 1). Mirrors `DigitFn` in src/cuda.rs.
+struct DigitFn {
+  uint32_t kind;
+  uint32_t shift;
+  uint32_t mask;
+  uint32_t seed;
+  uint32_t fanout;
+
+  template <typename K>
+  __device__ __forceinline__ uint32_t operator()(K key) const {
+    if (kind == 0) return static_cast<uint32_t>(key >> shift) & mask;
+    return static_cast<uint32_t>(
+        (static_cast<uint64_t>(joinkit::hash_key(key, seed)) * fanout) >> 32);
+  }
+};
+
+// Columns moved along with the keys: src (0 = write the row index instead), dst, width in bytes
+// (4 or 8). Passed by value. Mirrors `Columns` in src/cuda.rs.
+struct Columns {
+  uint64_t src[kMaxColumns];
+  uint64_t dst[kMaxColumns];
+  uint32_t width[kMaxColumns];
+  uint32_t count;
+};
+
+template <int RADIX>
+struct TileSmem {
+  static constexpr int kItems = Shape<RADIX>::kItems;
+  static constexpr int kTile = kThreads * kItems;
+  static constexpr int kDpt = RADIX / kThreads;  // digits owned by each thread
+  // One column of the tile in partition order (any width up to 8 bytes).
+  uint64_t buf[kTile];
+  union {
+    // Per-warp digit counters while ranking (at most kTile, so 16 bits suffice).
+    uint16_t warp_count[kWarps][RADIX];
+    // Bucket-chain reservations of the tile, once ranking is done.
+    struct {
+      uint32_t avail[RADIX];
+      uint64_t fresh[RADIX];
+    } bucket;
+  } u;
+  uint16_t digit[kTile];  // digit of each staged element
+  uint64_t base[RADIX];   // global position of the tile's first element of each digit
+  uint16_t start[RADIX];  // tile-local start of each digit's run
+  uint64_t scan[kWarpSize + 1];
+};
+
+// Ranks the tile whose digits are in `slot` (kInvalid past the end). On return slot[j] holds
+// (digit << 16) | pos, pos being the element's place in the tile sorted stably by digit (still
+// kInvalid past the end); s.start holds the start of each digit's run and total[k] the count of
+// the k-th digit this thread owns. Element j of lane l of warp w is tile element
+// w * 32 * kItems + j * 32 + l, so (w, j, l) order is input order and the ranking is stable.
+template <int RADIX>
+__device__ __forceinline__ void rank_tile(TileSmem<RADIX>& s,
+                                          uint32_t (&slot)[Shape<RADIX>::kItems],
+                                          uint32_t (&total)[TileSmem<RADIX>::kDpt]) {
+  constexpr int kItems = Shape<RADIX>::kItems;
+  constexpr int kDpt = TileSmem<RADIX>::kDpt;
+  const unsigned lane = joinkit::lane_id();
+  const unsigned warp = joinkit::warp_id();
+  for (int d = lane; d < RADIX; d += kWarpSize) s.u.warp_count[warp][d] = 0;
+  __syncwarp();
+  const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const uint32_t d = slot[j];
+    const unsigned peers = __match_any_sync(kFullMask, d);
+    uint32_t before = 0;
+    if (d != kInvalid) before = s.u.warp_count[warp][d];
+    __syncwarp();
+    // The lowest lane of each group of equal digits advances the warp's counter.
+    if (d != kInvalid && (peers & lt) == 0)
+      s.u.warp_count[warp][d] = static_cast<uint16_t>(before + __popc(peers));
+    __syncwarp();
+    if (d != kInvalid) slot[j] = (d << 16) | (before + __popc(peers & lt));
+  }
+  __syncthreads();
+  // Per digit: exclusive prefix over warps, then over digits.
+  uint64_t sum = 0;
+#pragma unroll
+  for (int k = 0; k < kDpt; ++k) {
+    const int d = threadIdx.x * kDpt + k;
+    uint32_t run = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const uint32_t c = s.u.warp_count[w][d];
+      s.u.warp_count[w][d] = static_cast<uint16_t>(run);
+      run += c;
+    }
+    total[k] = run;
+    sum += run;
+  }
+  uint64_t all;
+  uint64_t excl = joinkit::block_exclusive_scan<uint64_t>(sum, s.scan, &all);
+#pragma unroll
+  for (int k = 0; k < kDpt; ++k) {
+    s.start[threadIdx.x * kDpt + k] = static_cast<uint16_t>(excl);
+    excl += total[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (slot[j] != kInvalid) {
+      const uint32_t d = slot[j] >> 16;
+      slot[j] += s.start[d] + s.u.warp_count[warp][d];
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t pos_of(uint32_t slot) { return slot & 0xffffu; }
+
+// Position of item j of this thread inside the tile (striped: coalesced per warp).
+template <int RADIX>
+__device__ __forceinline__ uint32_t item_index(int j) {
+  return joinkit::warp_id() * kWarpSize * Shape<RADIX>::kItems + j * kWarpSize +
+         joinkit::lane_id();
+}
+
+// Loads the tile's keys, computes their digits into `slot` (kInvalid past the end) and, when
+// `stage` is set, parks the keys in the staging buffer in input order for move_keys.
+template <typename K, int RADIX>
+__device__ __forceinline__ void load_tile(const K* __restrict__ keys, uint64_t begin,
+                                          uint32_t count, const DigitFn& fn, K* stage,
+                                          uint32_t (&slot)[Shape<RADIX>::kItems]) {
+  constexpr int kItems = Shape<RADIX>::kItems;
+  K key[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const uint32_t idx = item_index<RADIX>(j);
+    key[j] = idx < count ? keys[begin + idx] : K(0);
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const uint32_t idx = item_index<RADIX>(j);
+    slot[j] = idx < count ? fn(key[j]) : kInvalid;
+    if (stage != nullptr && idx < count) stage[idx] = key[j];
+  }
+}
+
+// Destination of staged element i (digit d, rank r inside the tile's run of d).
+struct ScatterDest {
+  template <int RADIX>
+  __device__ __forceinline__ uint64_t operator()(const TileSmem<RADIX>& s, uint32_t d,
+                                                 uint32_t r) const {
+    return s.base[d] + r;
+  }
+};
+struct BucketDest {
+  template <int RADIX>
+  __device__ __forceinline__ uint64_t operator()(const TileSmem<RADIX>& s, uint32_t d,
+                                                 uint32_t r) const {
+    const uint32_t avail = s.u.bucket.avail[d];
+    if (r < avail) return s.base[d] + r;
+    const uint64_t fresh = s.u.bucket.fresh[d];
+    return fresh == ~0ull ? ~0ull : fresh + (r - avail);  // ~0: pool exhausted, dropped
+  }
+};
+
+// Stages one column of the tile in digit order and writes it out as contiguous runs.
+template <typename V, int RADIX, typename Dest>
+__device__ __forceinline__ void move_column(TileSmem<RADIX>& s, uint64_t src, uint64_t dst,
+                                            uint64_t begin, uint32_t count,
+                                            const uint32_t (&slot)[Shape<RADIX>::kItems],
+                                            const Dest& dest) {
+  constexpr int kItems = Shape<RADIX>::kItems;
+  const V* in = reinterpret_cast<const V*>(src);
+  V v[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const uint32_t idx = item_index<RADIX>(j);
+    if (idx < count) v[j] = in != nullptr ? in[begin + idx] : static_cast<V>(begin + idx);
+  }
+  V* staged = reinterpret_cast<V*>(s.buf);
+  __syncthreads();  // the staging buffer is free
+#pragma unroll
+  for (int j = 0; j < kItems; ++j)
+    if (slot[j] != kInvalid) staged[pos_of(slot[j])] = v[j];
+  __syncthreads();
+  V* out = reinterpret_cast<V*>(dst);
+  for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
+    const uint32_t d = s.digit[i];
+    const uint64_t at = dest(s, d, i - s.start[d]);
+    if (at != ~0ull) out[at] = staged[i];
+  }
+}
+
+template <int RADIX, typename Dest>
+__device__ __forceinline__ void move_columns(TileSmem<RADIX>& s, const Columns& cols,
+                                             uint64_t begin, uint32_t count,
+                                             const uint32_t (&slot)[Shape<RADIX>::kItems],
+                                             const Dest& dest) {
+  for (uint32_t c = 0; c < cols.count; ++c) {
+    if (cols.width[c] == 4)
+      move_column<uint32_t, RADIX>(s, cols.src[c], cols.dst[c], begin, count, slot, dest);
+    else
+      move_column<uint64_t, RADIX>(s, cols.src[c], cols.dst[c], begin, count, slot, dest);
+  }
+}
+
+// Moves the keys parked by load_tile into digit order (recording each staged element's digit)
+// and writes them out when `keys_out` is set.
+template <typename K, int RADIX, typename Dest>
+__device__ __forceinline__ void move_keys(TileSmem<RADIX>& s, K* keys_out, uint32_t count,
+                                          const uint32_t (&slot)[Shape<RADIX>::kItems],
+                                          const Dest& dest, bool sync_before_write) {
+  constexpr int kItems = Shape<RADIX>::kItems;
+  K* staged = reinterpret_cast<K*>(s.buf);
+  K key[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j)
+    if (slot[j] != kInvalid) key[j] = staged[item_index<RADIX>(j)];  // this thread's own
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (slot[j] != kInvalid) {
+      staged[pos_of(slot[j])] = key[j];
+      s.digit[pos_of(slot[j])] = static_cast<uint16_t>(slot[j] >> 16);
+    }
+  }
+  if (sync_before_write) __syncthreads();
+  if (keys_out == nullptr) return;
+  for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
+    const uint32_t d = s.digit[i];
+    const uint64_t at = dest(s, d, i - s.start[d]);
+    if (at != ~0ull) keys_out[at] = staged[i];
+  }
+}
+
+// Per-chunk digit histograms: counts[d * gridDim.x + blockIdx.x] for d < fn.fanout.
+template <typename K, int RADIX>
+__device__ void histogram(const K* __restrict__ keys, uint64_t n, DigitFn fn, uint64_t* counts,
+                          uint64_t chunk_tiles) {
+  constexpr int kItems = Shape<RADIX>::kItems;
+  constexpr int kTile = kThreads * kItems;
+  // Per-warp counters: a chunk holds fewer than 2^31 elements (the host sizes chunks so).
+  __shared__ uint32_t h[kWarps][RADIX];
+  for (int i = threadIdx.x; i < kWarps * RADIX; i += kThreads) (&h[0][0])[i] = 0;
+  __syncthreads();
+  const unsigned lane = joinkit::lane_id();
+  const unsigned warp = joinkit::warp_id();
+  const unsigned lt = (1u << lane) - 1u;
+  const uint64_t begin = static_cast<uint64_t>(blockIdx.x) * chunk_tiles * kTile;
+  const uint64_t end = min(n, begin + chunk_tiles * kTile);
+  for (uint64_t b = begin; b < end; b += kTile) {
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), end - b));
+    uint32_t digit[kItems];
+    load_tile<K, RADIX>(keys, b, count, fn, static_cast<K*>(nullptr), digit);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const unsigned peers = __match_any_sync(kFullMask, digit[j]);
+      if (digit[j] != kInvalid && (peers & lt) == 0) atomicAdd(&h[warp][digit[j]], static_cast<uint32_t>(__popc(peers)));
+    }
+  }
+  __syncthreads();
+  for (uint32_t d = threadIdx.x; d < fn.fanout; d += kThreads) {
+    uint64_t sum = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += h[w][d];
+    counts[static_cast<uint64_t>(d) * gridDim.x + blockIdx.x] = sum;
+  }
+}
+
+// Stable scatter of the keys and `cols` by digit. `counts` is the per-row-scanned histogram
+// and `totals` the per-digit totals (from part_scan_counts). Chunk 0 also writes the partition
+// offsets (fanout + 1 of them) when `offsets` is set.
+template <typename K, int RADIX>
+__device__ void scatter(const K* __restrict__ keys, K* keys_out, uint64_t n, DigitFn fn,
+                        const uint64_t* counts, const uint64_t* totals, uint64_t chunk_tiles,
+                        uint64_t* offsets, const Columns& cols) {
+  using S = TileSmem<RADIX>;
+  constexpr int kItems = S::kItems;
+  constexpr int kDpt = S::kDpt;
+  __shared__ S s;
+  const uint64_t chunks = gridDim.x;
+  const uint64_t chunk = blockIdx.x;
+  {
+    uint64_t tot[kDpt];
+    uint64_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < kDpt; ++k) {
+      const uint32_t d = threadIdx.x * kDpt + k;
+      tot[k] = d < fn.fanout ? totals[d] : 0;
+      sum += tot[k];
+    }
+    uint64_t all;
+    uint64_t excl = joinkit::block_exclusive_scan<uint64_t>(sum, s.scan, &all);
+#pragma unroll
+    for (int k = 0; k < kDpt; ++k) {
+      const uint32_t d = threadIdx.x * kDpt + k;
+      s.base[d] = d < fn.fanout ? excl + counts[d * chunks + chunk] : 0;
+      if (offsets != nullptr && chunk == 0 && d < fn.fanout) offsets[d] = excl;
+      excl += tot[k];
+    }
+    if (offsets != nullptr && chunk == 0 && threadIdx.x == 0) offsets[fn.fanout] = all;
+  }
+  const ScatterDest dest;
+  const uint64_t first_tile = chunk * chunk_tiles;
+  for (uint64_t tile = first_tile; tile < first_tile + chunk_tiles; ++tile) {
+    const uint64_t begin = tile * S::kTile;
+    if (begin >= n) break;
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(S::kTile), n - begin));
+    uint32_t slot[kItems], total[kDpt];
+    load_tile<K, RADIX>(keys, begin, count, fn, reinterpret_cast<K*>(s.buf), slot);
+    rank_tile<RADIX>(s, slot, total);
+    move_keys<K, RADIX>(s, keys_out, count, slot, dest, true);
+    move_columns<RADIX>(s, cols, begin, count, slot, dest);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kDpt; ++k) s.base[threadIdx.x * kDpt + k] += total[k];
+  }
+}
+
+__device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) {
+  return *reinterpret_cast<const volatile unsigned long long*>(p);
+}
+__device__ __forceinline__ uint32_t load_volatile(const uint32_t* p) {
+  return *reinterpret_cast<const volatile unsigned int*>(p);
+}
+
+// Reserves `cnt` slots of partition `state` (packed: head bucket << 32 | fill of the head).
+// The thread whose add crosses the head's end takes what is left of it and links fresh buckets
+// (consecutive in the pool, newest first in the chain); adds that land past the end wait until
+// the head changes and retry. On return: ranks < avail go to old_pos + rank, the rest to
+// fresh + (rank - avail); fresh == ~0 when the pool is exhausted (the elements are dropped and
+// *used ends above pool_cap, which the host reports).
+__device__ void reserve(uint64_t* state, uint32_t* next, uint32_t* used, uint32_t pool_cap,
+                        uint32_t cap, uint32_t cnt, uint64_t& old_pos, uint32_t& avail,
+                        uint64_t& fresh) {
+  old_pos = 0;
+  avail = 0;
+  fresh = ~0ull;
+  while (true) {
+    if (load_volatile(used) > pool_cap) return;
+    const uint64_t old = joinkit::atomic_add_u64(state, cnt);
+    const uint32_t b = static_cast<uint32_t>(old >> 32);
+    const uint32_t f = static_cast<uint32_t>(old);
+    if (f <= cap && cnt <= cap - f) {  // fits in the head bucket (never the empty state: f = cap)
+      old_pos = static_cast<uint64_t>(b) * cap + f;
+      avail = cnt;
+      return;
+    }
+    if (f <= cap) {  // this add crosses the end of the head: allocate
+      avail = cap - f;
+      old_pos = static_cast<uint64_t>(b) * cap + f;
+      const uint32_t rest = cnt - avail;
+      const uint32_t k = (rest + cap - 1) / cap;
+      const uint32_t first = atomicAdd(used, k);
+      if (first > pool_cap || k > pool_cap - first) {
+        atomicMax(used, pool_cap + 1);  // make the failure visible and stop every waiter
+        return;
+      }
+      next[first] = b;
+      for (uint32_t q = 1; q < k; ++q) next[first + q] = first + q - 1;
+      fresh = static_cast<uint64_t>(first) * cap;
+      const uint64_t fill = rest - static_cast<uint64_t>(k - 1) * cap;
+      __threadfence();
+      joinkit::atomic_exch_u64(state, (static_cast<uint64_t>(first + k - 1) << 32) | fill);
+      return;
+    }
+    // Past the end: the crossing thread is installing a new head; wait for it.
+    while (static_cast<uint32_t>(load_volatile(state) >> 32) == b &&
+           load_volatile(used) <= pool_cap)
+      __nanosleep(64);
+  }
+}
+
+template <typename K, int RADIX>
+__device__ void bucket_chain(const K* __restrict__ keys, K* pool_keys, uint64_t n, DigitFn fn,
+                             uint64_t* state, uint32_t* next, uint64_t* counts, uint32_t* used,
+                             uint32_t pool_cap, uint32_t cap, uint64_t chunk_tiles,
+                             const Columns& cols) {
+  using S = TileSmem<RADIX>;
+  constexpr int kItems = S::kItems;
+  constexpr int kDpt = S::kDpt;
+  __shared__ S s;
+  const BucketDest dest;
+  const uint64_t first_tile = static_cast<uint64_t>(blockIdx.x) * chunk_tiles;
+  for (uint64_t tile = first_tile; tile < first_tile + chunk_tiles; ++tile) {
+    const uint64_t begin = tile * S::kTile;
+    if (begin >= n) break;
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(S::kTile), n - begin));
+    uint32_t slot[kItems], total[kDpt];
+    load_tile<K, RADIX>(keys, begin, count, fn, reinterpret_cast<K*>(s.buf), slot);
+    rank_tile<RADIX>(s, slot, total);
+    move_keys<K, RADIX>(s, static_cast<K*>(nullptr), count, slot, dest, false);
+    __syncthreads();  // ranking is done with the per-warp counters: reuse them for reservations
+#pragma unroll
+    for (int k = 0; k < kDpt; ++k) {
+      const uint32_t d = threadIdx.x * kDpt + k;
+      uint64_t old_pos = 0, fresh = ~0ull;
+      uint32_t avail = 0;
+      if (total[k] > 0) {
+        reserve(state + d, next, used, pool_cap, cap, total[k], old_pos, avail, fresh);
+        joinkit::atomic_add_u64(counts + d, total[k]);
+      }
+      s.base[d] = old_pos;
+      s.u.bucket.avail[d] = avail;
+      s.u.bucket.fresh[d] = fresh;
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
+      const uint32_t d = s.digit[i];
+      const uint64_t at = dest(s, d, i - s.start[d]);
+      if (at != ~0ull) pool_keys[at] = reinterpret_cast<const K*>(s.buf)[i];
+    }
+    move_columns<RADIX>(s, cols, begin, count, slot, dest);
+    __syncthreads();
+  }
+}
+
+// offsets[x] for x in [0, fanout]: the first position whose digit is >= x, over keys sorted by
+// digit (bits [shift, shift + log2(mask + 1))). Each offset is written by exactly one position.
+template <typename K>
+__device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t shift,
+                               uint64_t mask, uint64_t* offsets, uint64_t fanout) {
+  for (uint64_t i = joinkit::global_thread_id(); i <= n; i += joinkit::grid_stride()) {
+    const uint64_t lo = i == 0 ? 0 : ((static_cast<uint64_t>(keys[i - 1]) >> shift) & mask) + 1;
+    const uint64_t hi = i == n ? fanout : (static_cast<uint64_t>(keys[i]) >> shift) & mask;
+    for (uint64_t x = lo; x <= hi; ++x) offsets[x] = i;
+  }
+}
+
+}  // namespace
+
+#define JK_PARTITION_KERNELS(T, K, R)                                                               \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                         \
+      part_hist##R##_##K(const T* keys, uint64_t n, DigitFn fn, uint64_t* counts,           \
+                         uint64_t chunk_tiles) {                                                 \
+    histogram<T, R>(keys, n, fn, counts, chunk_tiles);                                       \
+  }                                                                                              \
+  /* 3 blocks of 256 per SM: at most 80 registers, a few bytes of spill (ptxas -v) */          \
+  extern "C" __global__ void __launch_bounds__(kThreads, 3)                                      \
+      part_scatter##R##_##K(const T* keys, T* keys_out, uint64_t n, DigitFn fn,         \
+                            const uint64_t* counts, const uint64_t* totals,                     \
+                            uint64_t chunk_tiles, uint64_t* offsets, Columns cols) {            \
+    scatter<T, R>(keys, keys_out, n, fn, counts, totals, chunk_tiles, offsets, cols);        \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(kThreads) part_bucket##R##_##K(                  \
+      const T* keys, T* pool_keys, uint64_t n, DigitFn fn, uint64_t* state,             \
+      uint32_t* next, uint64_t* counts, uint32_t* used, uint32_t pool_cap, uint32_t cap,        \
+      uint64_t chunk_tiles, Columns cols) {                                                      \
+    bucket_chain<T, R>(keys, pool_keys, n, fn, state, next, counts, used, pool_cap, cap,     \
+                           chunk_tiles, cols);                                                   \
+  }
+
+JK_PARTITION_KERNELS(uint32_t, u32, 256)
+JK_PARTITION_KERNELS(uint64_t, u64, 256)
+JK_PARTITION_KERNELS(uint32_t, u32, 1024)
+JK_PARTITION_KERNELS(uint64_t, u64, 1024)
+
+// Exclusive scan of each row of counts (one block per row, `chunks` entries) in place; the row's
+// total goes to totals[row].
+extern "C" __global__ void __launch_bounds__(kThreads)
+    part_scan_counts(uint64_t* counts, uint64_t* totals, uint64_t chunks) {
+  __shared__ uint64_t smem[kWarpSize + 1];
+  constexpr int kPer = 4;
+  uint64_t* row = counts + static_cast<uint64_t>(blockIdx.x) * chunks;
+  uint64_t carry = 0;
+  for (uint64_t base = 0; base < chunks; base += kThreads * kPer) {
+    uint64_t v[kPer];
+    uint64_t sum = 0;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const uint64_t i = base + threadIdx.x * kPer + q;
+      v[q] = i < chunks ? row[i] : 0;
+      sum += v[q];
+    }
+    uint64_t all;
+    uint64_t run = carry + joinkit::block_exclusive_scan<uint64_t>(sum, smem, &all);
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const uint64_t i = base + threadIdx.x * kPer + q;
+      if (i < chunks) row[i] = run;
+      run += v[q];
+    }
+    carry += all;
+  }
+  if (threadIdx.x == 0) totals[blockIdx.x] = carry;
+}
+
+extern "C" __global__ void part_offsets_sorted_u32(const uint32_t* keys, uint64_t n,
+                                                      uint32_t shift, uint64_t mask,
+                                                      uint64_t* offsets, uint64_t fanout) {
+  offsets_sorted(keys, n, shift, mask, offsets, fanout);
+}
+extern "C" __global__ void part_offsets_sorted_u64(const uint64_t* keys, uint64_t n,
+                                                      uint32_t shift, uint64_t mask,
+                                                      uint64_t* offsets, uint64_t fanout) {
+  offsets_sorted(keys, n, shift, mask, offsets, fanout);
+}
+
+// Empty chains: no head bucket and a fill of `cap`, so the first reservation allocates.
+extern "C" __global__ void part_bucket_init(uint64_t* state, uint64_t* counts, uint32_t* used,
+                                            uint32_t fanout, uint32_t cap) {
+  for (uint64_t i = joinkit::global_thread_id(); i < fanout; i += joinkit::grid_stride()) {
+    state[i] = (static_cast<uint64_t>(kNoBucket) << 32) | cap;
+    counts[i] = 0;
+  }
+  if (joinkit::global_thread_id() == 0) *used = 0;
+}
+
+// Chain heads out of the packed partition states.
+extern "C" __global__ void part_bucket_heads(const uint64_t* state, uint32_t* heads,
+                                             uint32_t fanout) {
+  for (uint64_t i = joinkit::global_thread_id(); i < fanout; i += joinkit::grid_stride())
+    heads[i] = static_cast<uint32_t>(state[i] >> 32);
+}

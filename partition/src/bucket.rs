@@ -1,0 +1,306 @@
+//! Bucket-chain partition (Sioulas et al., ICDE'19): partitions are chains of fixed-size
+//! buckets taken from one pool with an atomic bump pointer, so one pass over the input
+//! suffices (no histogram pass) at the price of a linked, non-contiguous result.
+
+use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result};
+use rayon::prelude::*;
+
+use crate::column::{RowIds, check_columns, column_bits};
+use crate::digit::Partitioner;
+use crate::stable::stable_permutation;
+
+/// End of a chain, and the head of an empty partition.
+pub const NO_BUCKET: u32 = u32::MAX;
+
+/// Largest bucket capacity, in rows.
+pub const MAX_BUCKET_CAPACITY: usize = 1 << 24;
+
+/// Most columns (payloads plus row ids) one bucket-chain call moves (the kernel gets them all
+/// at once: bucket reservations cannot be replayed for a second group).
+pub const MAX_BUCKET_COLUMNS: usize = 16;
+
+/// Buckets in the pool of a bucket-chain partition of `rows` rows: every partition's buckets
+/// are full but its newest, so `ceil(rows / capacity) + min(fanout, rows)` always suffice.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a capacity of 0 or above [`MAX_BUCKET_CAPACITY`];
+/// [`Error::SizeOverflow`] when the pool would not be addressable with 32-bit bucket ids.
+pub fn bucket_pool_buckets(rows: usize, fanout: usize, bucket_capacity: usize) -> Result<usize> {
+    if bucket_capacity == 0 || bucket_capacity > MAX_BUCKET_CAPACITY {
+        return Err(Error::InvalidArgument(format!(
+            "bucket capacity {bucket_capacity}: 1 to {MAX_BUCKET_CAPACITY} rows"
+        )));
+    }
+    let buckets = rows.div_ceil(bucket_capacity) + rows.min(fanout);
+    if buckets as u64 >= u64::from(NO_BUCKET - 1) {
+        return Err(Error::SizeOverflow("bucket pool above 2^32 - 2 buckets"));
+    }
+    buckets
+        .checked_mul(bucket_capacity)
+        .ok_or(Error::SizeOverflow("bucket pool slots"))?;
+    Ok(buckets)
+}
+
+/// A bucket-chain partition: a pool of buckets of `bucket_capacity` slots (bucket `b` is slots
+/// `b * capacity .. (b + 1) * capacity` of every pool column) and, per partition, a chain of
+/// buckets from `heads[p]` (newest) through `next[b]` to [`NO_BUCKET`]. Every bucket of a chain
+/// is full except the head, which holds `((counts[p] - 1) % capacity) + 1` rows in its first
+/// slots. Slots past a bucket's rows and buckets past `used` are unspecified.
+///
+/// **Not deterministic on the GPU**: which bucket a block fills, the bucket order of a chain
+/// and the order of rows inside a partition depend on thread scheduling. Only the multiset of
+/// each partition's rows (keys with their payloads) is defined; it equals the CPU twin's.
+pub struct BucketChains<B: Backend, K: Key> {
+    /// Key pool.
+    pub keys: B::Buf<K>,
+    /// Payload pools, in the order given.
+    pub payloads: Vec<Column<B>>,
+    /// Row-id pool (input row of each slot), when asked for.
+    pub row_ids: Option<Column<B>>,
+    /// Per pool bucket: the next (older) bucket of its chain.
+    pub next: B::Buf<u32>,
+    /// Per partition: its newest bucket, [`NO_BUCKET`] when empty.
+    pub heads: B::Buf<u32>,
+    /// Per partition: its number of rows.
+    pub counts: B::Buf<u64>,
+    /// One entry: buckets taken from the pool (above the pool size only if it ran out, which
+    /// [`bucket_pool_buckets`] rules out; [`BucketChains::flatten`] reports it).
+    pub used: B::Buf<u32>,
+    /// Rows per bucket.
+    pub bucket_capacity: usize,
+}
+
+/// A bucket-chain partition flattened on the host: partition `p` is rows
+/// `offsets[p]..offsets[p + 1]`, in chain order (newest bucket first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatPartitions<K> {
+    /// Keys.
+    pub keys: Vec<K>,
+    /// Payload columns as zero-extended bit patterns.
+    pub payloads: Vec<Vec<u64>>,
+    /// Row ids, when the partition was asked for them.
+    pub row_ids: Option<Vec<u64>>,
+    /// `fanout + 1` offsets.
+    pub offsets: Vec<u64>,
+}
+
+impl<B: Backend, K: Key> BucketChains<B, K> {
+    /// Copies the chains to the host and walks them into contiguous partitions (for tests and
+    /// for callers that want the rows on the host).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the pool ran out or a chain does not hold its count of rows;
+    /// driver errors from the downloads.
+    pub fn flatten(&self, backend: &B) -> Result<FlatPartitions<K>> {
+        let keys = backend.download(&self.keys)?;
+        let payloads = self
+            .payloads
+            .iter()
+            .map(|c| column_bits(backend, c))
+            .collect::<Result<Vec<_>>>()?;
+        let row_ids = self
+            .row_ids
+            .as_ref()
+            .map(|c| column_bits(backend, c))
+            .transpose()?;
+        let (next, heads) = (
+            backend.download(&self.next)?,
+            backend.download(&self.heads)?,
+        );
+        let counts = backend.download(&self.counts)?;
+        let used = backend.download(&self.used)?.first().copied().unwrap_or(0) as usize;
+        if used > next.len() {
+            return Err(Error::Corrupt(format!(
+                "bucket pool exhausted: {used} buckets taken of {}",
+                next.len()
+            )));
+        }
+        let cap = self.bucket_capacity;
+        let mut slots = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
+        let mut offsets = vec![0u64];
+        for (p, (&head, &count)) in heads.iter().zip(&counts).enumerate() {
+            let mut left = count as usize;
+            let mut b = head;
+            let mut take = if left == 0 { 0 } else { (left - 1) % cap + 1 };
+            let mut steps = 0;
+            while left > 0 {
+                if b == NO_BUCKET || b as usize >= used || steps > used {
+                    return Err(Error::Corrupt(format!(
+                        "chain of partition {p} ends {left} rows short of its count {count}"
+                    )));
+                }
+                let first = b as usize * cap;
+                slots.extend(first..first + take);
+                left -= take;
+                take = cap;
+                b = next[b as usize];
+                steps += 1;
+            }
+            if b != NO_BUCKET {
+                return Err(Error::Corrupt(format!(
+                    "chain of partition {p} holds more buckets than its {count} rows need"
+                )));
+            }
+            offsets.push(slots.len() as u64);
+        }
+        let pick = |col: &[u64]| slots.iter().map(|&s| col[s]).collect::<Vec<u64>>();
+        Ok(FlatPartitions {
+            keys: slots.iter().map(|&s| keys[s]).collect(),
+            payloads: payloads.iter().map(|c| pick(c)).collect(),
+            row_ids: row_ids.as_deref().map(pick),
+            offsets,
+        })
+    }
+
+    /// Number of partitions.
+    pub fn fanout(&self) -> usize {
+        joinkit_cuda::Buffer::len(&self.heads)
+    }
+}
+
+/// Bucket-chain partition (Sioulas et al., ICDE'19; the partitioning of the PHJ-UM baseline):
+/// one pass, no histogram. Each partition is a chain of buckets of `bucket_capacity` rows
+/// taken from one pool with an atomic bump pointer. See [`BucketChains`] for the layout and
+/// for what is (not) deterministic.
+///
+/// On the GPU, each block ranks a tile of keys by partition in shared memory, then reserves
+/// each partition's run of the tile at once with one atomic add on the partition's packed
+/// (head bucket, fill) word; the add that crosses the head's end links fresh buckets from the
+/// pool and installs the new head, adds past the end wait for it and retry. The pool is sized
+/// by [`bucket_pool_buckets`], so it cannot run out.
+pub trait BucketChainPartition: Backend {
+    /// Partitions `keys` and `payloads` (and row ids, if asked) by `by` into bucket chains.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when a payload's length differs from the keys';
+    /// [`Error::BitRange`], [`Error::EmptyInput`] and [`Error::InvalidArgument`] for a bad
+    /// partitioner (see [`Partitioner::fanout`]); [`Error::InvalidArgument`] for a bucket
+    /// capacity of 0 or above [`MAX_BUCKET_CAPACITY`] or more than [`MAX_BUCKET_COLUMNS`]
+    /// columns; [`Error::SizeOverflow`] for a pool beyond 32-bit bucket ids or 4-byte row ids
+    /// of more than 2^32 rows; allocation and driver errors.
+    fn bucket_chain_partition<K: Key>(
+        &self,
+        keys: &Self::Buf<K>,
+        payloads: &[Column<Self>],
+        by: &Partitioner,
+        bucket_capacity: usize,
+        row_ids: RowIds,
+    ) -> Result<BucketChains<Self, K>>;
+}
+
+impl BucketChainPartition for CpuBackend {
+    fn bucket_chain_partition<K: Key>(
+        &self,
+        keys: &Vec<K>,
+        payloads: &[Column<Self>],
+        by: &Partitioner,
+        bucket_capacity: usize,
+        row_ids: RowIds,
+    ) -> Result<BucketChains<Self, K>> {
+        let n = keys.len();
+        let (fanout, pool) = check_bucket::<K, Self>(n, payloads, by, bucket_capacity, row_ids)?;
+        let cap = bucket_capacity;
+        // Partitions in input order, then buckets allocated partition by partition.
+        let digits: Vec<u32> = keys
+            .par_iter()
+            .map(|&k| by.partition_of(k) as u32)
+            .collect();
+        let (perm, offsets) = stable_permutation(&digits, fanout);
+        let mut slot_of = vec![0usize; n]; // pool slot of the i-th row of `perm`
+        let mut next = vec![NO_BUCKET; pool];
+        let mut heads = vec![NO_BUCKET; fanout];
+        let mut counts = vec![0u64; fanout];
+        let mut used = 0usize;
+        for p in 0..fanout {
+            let (lo, hi) = (offsets[p] as usize, offsets[p + 1] as usize);
+            counts[p] = (hi - lo) as u64;
+            for (r, slot) in slot_of[lo..hi].iter_mut().enumerate() {
+                let b = used + r / cap;
+                if r % cap == 0 {
+                    next[b] = heads[p];
+                    heads[p] = b as u32;
+                }
+                *slot = b * cap + r % cap;
+            }
+            used += (hi - lo).div_ceil(cap);
+        }
+        let spread = |src: &dyn Fn(usize) -> u64| {
+            let mut out = vec![0u64; pool * cap];
+            for (k, &i) in perm.iter().enumerate() {
+                out[slot_of[k]] = src(i);
+            }
+            out
+        };
+        let pool_of = |c: &Column<Self>| {
+            joinkit_cuda::map_column!(c, b, T => {
+                let bits = spread(&|i| joinkit_cuda::Element::to_bits(b[i]));
+                bits.into_iter().map(<T as joinkit_cuda::Element>::from_bits).collect()
+            })
+        };
+        let ids = match row_ids {
+            RowIds::None => None,
+            RowIds::U32 => Some(Column::U32(
+                spread(&|i| i as u64)
+                    .into_iter()
+                    .map(|x| x as u32)
+                    .collect(),
+            )),
+            RowIds::U64 => Some(Column::U64(spread(&|i| i as u64))),
+        };
+        Ok(BucketChains {
+            keys: spread(&|i| keys[i].to_u64())
+                .into_iter()
+                .map(K::from_u64)
+                .collect(),
+            payloads: payloads.iter().map(pool_of).collect(),
+            row_ids: ids,
+            next,
+            heads,
+            counts,
+            used: vec![used as u32],
+            bucket_capacity,
+        })
+    }
+}
+
+/// Validation shared by both backends, so they fail alike; returns the fan-out and pool size.
+pub(crate) fn check_bucket<K: Key, B: Backend>(
+    n: usize,
+    payloads: &[Column<B>],
+    by: &Partitioner,
+    bucket_capacity: usize,
+    row_ids: RowIds,
+) -> Result<(usize, usize)> {
+    let fanout = by.fanout::<K>()?;
+    let moved = check_columns(
+        "bucket_chain_partition keys vs payload",
+        n,
+        payloads,
+        row_ids,
+    )?;
+    if moved > MAX_BUCKET_COLUMNS {
+        return Err(too_many_columns(moved));
+    }
+    Ok((fanout, bucket_pool_buckets(n, fanout, bucket_capacity)?))
+}
+
+pub(crate) fn too_many_columns(count: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "bucket-chain partition moves at most {MAX_BUCKET_COLUMNS} columns (payloads and row \
+         ids), {count} given: move row ids and gather the rest"
+    ))
+}
+
+#[cfg(feature = "cuda")]
+impl BucketChainPartition for joinkit_cuda::CudaBackend {
+    fn bucket_chain_partition<K: Key>(
+        &self,
+        keys: &Self::Buf<K>,
+        payloads: &[Column<Self>],
+        by: &Partitioner,
+        bucket_capacity: usize,
+        row_ids: RowIds,
+    ) -> Result<BucketChains<Self, K>> {
+        crate::cuda::owned_bucket_chains(self, keys, payloads, by, bucket_capacity, row_ids)
+    }
+}

@@ -1,0 +1,894 @@
+//! View-level CUDA entry points, for reuse inside other GPU projects: they work on cudarc views
+//! of buffers the caller owns (or raw device pointers, through [`ColumnIn::from_raw`] and
+//! [`ColumnOut::from_raw`]), queue work on the backend's stream (build one on your own stream
+//! with `CudaBackend::with_stream`), take caller-provided [`Scratch`] and never synchronize.
+//!
+//! Lengths, widths and bit ranges are checked; the caller guarantees that outputs overlap
+//! neither each other nor the inputs.
+//!
+//! Kernels (`kernels/partition.cu`): a per-chunk histogram of the digits, a per-digit scan of
+//! those histograms, and a scatter that ranks each tile of 4096 (2048 for fan-outs above 256)
+//! keys stably in shared memory and writes each partition's run of the tile contiguously. The
+//! grid is as many blocks as fit the device at once (occupancy × SM count), each owning one
+//! contiguous chunk of tiles, so the histogram is `fanout × blocks` counters, not one per tile.
+
+use std::marker::PhantomData;
+use std::ops::Range;
+
+use joinkit_cuda::cudarc::driver::{
+    CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use joinkit_cuda::{
+    Backend, Column, CudaBackend, DeviceBuffer, Element, Error, Key, Result, Scratch,
+};
+
+use crate::column::RowIds;
+use crate::digit::{Partitioner, hash_fanout, pass_widths, radix_fanout};
+use crate::stable::Partitioned;
+use crate::{MAX_BUCKET_COLUMNS, bucket_pool_buckets};
+
+static KERNELS: joinkit_cuda::KernelModule = joinkit_cuda::kernel_module!();
+
+/// Threads per block of every partition kernel (`kThreads`).
+const THREADS: u32 = 256;
+/// Columns one scatter launch moves (`kMaxColumns`).
+const MAX_COLUMNS: usize = 16;
+
+/// Mirrors `DigitFn` in kernels/partition.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct DigitFn {
+    kind: u32,
+    shift: u32,
+    mask: u32,
+    seed: u32,
+    fanout: u32,
+}
+// SAFETY: a plain repr(C) struct of u32s, laid out as the kernel's `DigitFn`.
+unsafe impl DeviceRepr for DigitFn {}
+
+impl DigitFn {
+    fn radix(shift: u32, width: u32) -> Self {
+        DigitFn {
+            kind: 0,
+            shift,
+            mask: (1u32 << width) - 1,
+            seed: 0,
+            fanout: 1u32 << width,
+        }
+    }
+    fn hash(fanout: usize, seed: u32) -> Self {
+        DigitFn {
+            kind: 1,
+            shift: 0,
+            mask: 0,
+            seed,
+            fanout: fanout as u32,
+        }
+    }
+    /// Counters the kernels keep per digit: 256 or 1024.
+    fn radix_size(&self) -> u32 {
+        if self.fanout <= 256 { 256 } else { 1024 }
+    }
+}
+
+/// Mirrors `Columns` in kernels/partition.cu (passed by value).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Columns {
+    src: [u64; MAX_COLUMNS],
+    dst: [u64; MAX_COLUMNS],
+    width: [u32; MAX_COLUMNS],
+    count: u32,
+}
+// SAFETY: a plain repr(C) struct of integers, laid out as the kernel's `Columns`.
+unsafe impl DeviceRepr for Columns {}
+
+impl Columns {
+    fn of(specs: &[ColSpec]) -> Self {
+        let mut c = Columns {
+            src: [0; MAX_COLUMNS],
+            dst: [0; MAX_COLUMNS],
+            width: [0; MAX_COLUMNS],
+            count: specs.len().min(MAX_COLUMNS) as u32,
+        };
+        for (i, s) in specs.iter().take(MAX_COLUMNS).enumerate() {
+            c.src[i] = s.src;
+            c.dst[i] = s.dst;
+            c.width[i] = s.width;
+        }
+        c
+    }
+}
+
+/// One column to move: source address (0: write the row index), destination, width in bytes.
+#[derive(Debug, Clone, Copy)]
+struct ColSpec {
+    src: u64,
+    dst: u64,
+    width: u32,
+}
+
+/// An input column of any element type for the view-level entry points.
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnIn<'a> {
+    ptr: u64,
+    len: usize,
+    width: u32,
+    _data: PhantomData<&'a ()>,
+}
+
+/// An output column of any element type for the view-level entry points.
+#[derive(Debug)]
+pub struct ColumnOut<'a> {
+    ptr: u64,
+    len: usize,
+    width: u32,
+    _data: PhantomData<&'a mut ()>,
+}
+
+fn check_width(width_bytes: usize) -> Result<u32> {
+    match width_bytes {
+        4 | 8 => Ok(width_bytes as u32),
+        w => Err(Error::InvalidArgument(format!(
+            "column width of {w} bytes: 4 or 8 supported"
+        ))),
+    }
+}
+
+impl<'a> ColumnIn<'a> {
+    /// A column from a cudarc view.
+    pub fn new<T: Element>(backend: &CudaBackend, view: &CudaView<'a, T>) -> Self {
+        Self::at(
+            view.device_ptr(backend.stream()).0,
+            view.len(),
+            size_of::<T>(),
+        )
+    }
+
+    /// A column from a joinkit device buffer.
+    pub fn from_buffer<T: Element>(buf: &'a DeviceBuffer<T>) -> Self {
+        Self::at(buf.device_ptr(), buf.len(), size_of::<T>())
+    }
+
+    /// A column from a raw device address, for callers outside cudarc.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` readable elements of `width_bytes` bytes on the backend's
+    /// device, valid for `'a` and for as long as the work queued with it runs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless `width_bytes` is 4 or 8.
+    pub unsafe fn from_raw(ptr: u64, len: usize, width_bytes: usize) -> Result<Self> {
+        Ok(Self::at(ptr, len, check_width(width_bytes)? as usize))
+    }
+
+    fn at(ptr: u64, len: usize, width: usize) -> Self {
+        ColumnIn {
+            ptr,
+            len,
+            width: width as u32,
+            _data: PhantomData,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the column is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<'a> ColumnOut<'a> {
+    /// A column from a writable cudarc view.
+    pub fn new<T: Element>(backend: &CudaBackend, view: &mut CudaViewMut<'a, T>) -> Self {
+        let len = view.len();
+        Self::at(view.device_ptr_mut(backend.stream()).0, len, size_of::<T>())
+    }
+
+    /// A column from a joinkit device buffer.
+    pub fn from_buffer<T: Element>(buf: &'a mut DeviceBuffer<T>) -> Self {
+        Self::at(buf.device_ptr(), buf.len(), size_of::<T>())
+    }
+
+    /// A column from a raw device address, for callers outside cudarc.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` writable elements of `width_bytes` bytes on the backend's
+    /// device, valid for `'a` and for as long as the work queued with it runs, and used by
+    /// nothing else meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless `width_bytes` is 4 or 8.
+    pub unsafe fn from_raw(ptr: u64, len: usize, width_bytes: usize) -> Result<Self> {
+        Ok(Self::at(ptr, len, check_width(width_bytes)? as usize))
+    }
+
+    fn at(ptr: u64, len: usize, width: usize) -> Self {
+        ColumnOut {
+            ptr,
+            len,
+            width: width as u32,
+            _data: PhantomData,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the column is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<'a> ColumnIn<'a> {
+    /// A column from a joinkit [`Column`] of any element type.
+    pub fn from_column(c: &'a Column<CudaBackend>) -> Self {
+        joinkit_cuda::each_column!(c, b => ColumnIn::from_buffer(b))
+    }
+}
+
+impl<'a> ColumnOut<'a> {
+    /// A column from a joinkit [`Column`] of any element type.
+    pub fn from_column(c: &'a mut Column<CudaBackend>) -> Self {
+        joinkit_cuda::each_column!(c, b => ColumnOut::from_buffer(b))
+    }
+}
+
+fn alloc_like(
+    backend: &CudaBackend,
+    c: &Column<CudaBackend>,
+    len: usize,
+) -> Result<Column<CudaBackend>> {
+    Ok(joinkit_cuda::map_column!(c, _b, T => backend.alloc::<T>(len)?))
+}
+
+fn alloc_row_ids(
+    backend: &CudaBackend,
+    n: usize,
+    row_ids: RowIds,
+) -> Result<Option<Column<CudaBackend>>> {
+    Ok(match row_ids {
+        RowIds::None => None,
+        RowIds::U32 => Some(Column::U32(backend.alloc(n)?)),
+        RowIds::U64 => Some(Column::U64(backend.alloc(n)?)),
+    })
+}
+
+/// Checks the view-level columns: every pair and the row ids have `n` rows; returns the moves.
+fn col_specs(
+    what: &'static str,
+    n: usize,
+    out_len: usize,
+    payloads: &[(ColumnIn<'_>, ColumnOut<'_>)],
+    row_ids: &Option<ColumnOut<'_>>,
+) -> Result<(Vec<ColSpec>, Option<ColSpec>)> {
+    let mut specs = Vec::with_capacity(payloads.len());
+    for (i, o) in payloads {
+        Error::check_len(what, n, i.len)?;
+        Error::check_len(what, out_len, o.len)?;
+        if i.width != o.width {
+            return Err(Error::InvalidArgument(format!(
+                "payload of {} bytes written to a column of {} bytes",
+                i.width, o.width
+            )));
+        }
+        specs.push(ColSpec {
+            src: i.ptr,
+            dst: o.ptr,
+            width: i.width,
+        });
+    }
+    let ids = match row_ids {
+        None => None,
+        Some(o) => {
+            Error::check_len(what, out_len, o.len)?;
+            if o.width == 4 && n as u64 > 1u64 << 32 {
+                return Err(Error::SizeOverflow(
+                    "more than 2^32 rows do not fit 4-byte row ids",
+                ));
+            }
+            Some(ColSpec {
+                src: 0,
+                dst: o.ptr,
+                width: o.width,
+            })
+        }
+    };
+    Ok((specs, ids))
+}
+
+/// Launches `name` from this crate's module with the given arguments.
+macro_rules! launch {
+    ($backend:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
+        let f = $backend.function(&KERNELS, $name)?;
+        let mut b = $backend.stream().launch_builder(&f);
+        $( b.arg($arg); )*
+        // SAFETY: every call site passes the arguments of the kernel's C signature in order,
+        // with device addresses valid for the element counts it states (checked by the caller).
+        unsafe { b.launch($cfg) }
+            .map(|_| ())
+            .map_err(|e| Error::Driver { op: $name, message: format!("{e:?}") })
+    }};
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Hist,
+    Scatter,
+    Bucket,
+}
+
+fn kernel_name(kind: Kind, radix: u32, key_bits: u32) -> &'static str {
+    match (kind, radix == 256, key_bits == 32) {
+        (Kind::Hist, true, true) => "part_hist256_u32",
+        (Kind::Hist, true, false) => "part_hist256_u64",
+        (Kind::Hist, false, true) => "part_hist1024_u32",
+        (Kind::Hist, false, false) => "part_hist1024_u64",
+        (Kind::Scatter, true, true) => "part_scatter256_u32",
+        (Kind::Scatter, true, false) => "part_scatter256_u64",
+        (Kind::Scatter, false, true) => "part_scatter1024_u32",
+        (Kind::Scatter, false, false) => "part_scatter1024_u64",
+        (Kind::Bucket, true, true) => "part_bucket256_u32",
+        (Kind::Bucket, true, false) => "part_bucket256_u64",
+        (Kind::Bucket, false, true) => "part_bucket1024_u32",
+        (Kind::Bucket, false, false) => "part_bucket1024_u64",
+    }
+}
+
+/// Elements per tile (`kThreads * kItems`).
+fn tile_elems(radix: u32) -> u64 {
+    if radix == 256 { 4096 } else { 2048 }
+}
+
+/// Grid of a tiled kernel: `chunks` blocks, each owning `chunk_tiles` consecutive tiles.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    chunks: u32,
+    chunk_tiles: u64,
+}
+
+impl Plan {
+    /// As many blocks as the device runs at once (occupancy of `kernel` × SMs), no more than
+    /// there are tiles, and chunks below 2^31 elements (the histogram's 32-bit counters).
+    fn new(backend: &CudaBackend, n: usize, radix: u32, kernel: &'static str) -> Result<Plan> {
+        let tile = tile_elems(radix);
+        let tiles = (n as u64).div_ceil(tile).max(1);
+        let f = backend.function(&KERNELS, kernel)?;
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+            .map_err(|e| Error::Driver {
+                op: "querying kernel occupancy",
+                message: format!("{e:?}"),
+            })?
+            .max(1);
+        let want = u64::from(backend.info().sm_count.max(1)) * u64::from(per_sm);
+        let chunk_tiles = tiles
+            .div_ceil(want.min(tiles))
+            .min((1u64 << 31) / tile)
+            .max(1);
+        let chunks = u32::try_from(tiles.div_ceil(chunk_tiles))
+            .map_err(|_| Error::SizeOverflow("partition grid"))?;
+        Ok(Plan {
+            chunks,
+            chunk_tiles,
+        })
+    }
+
+    fn grid(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (self.chunks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Bytes of the per-chunk histogram plus the per-digit totals for `fanout` digits.
+    fn histogram_bytes(&self, fanout: u32) -> usize {
+        let counts = u64::from(fanout) * u64::from(self.chunks) * 8;
+        align(counts as usize) + align(fanout as usize * 8)
+    }
+}
+
+fn align(bytes: usize) -> usize {
+    bytes.div_ceil(256) * 256
+}
+
+/// One histogram + scan + scatter pass over raw addresses.
+struct Pass<'c> {
+    key_bits: u32,
+    keys_in: u64,
+    keys_out: u64,
+    n: u64,
+    digit: DigitFn,
+    cols: &'c [ColSpec],
+    /// Where chunk 0 writes the `fanout + 1` offsets; 0 for none.
+    offsets: u64,
+    /// Scratch for `fanout * chunks` counts and `fanout` totals.
+    counts: u64,
+    totals: u64,
+    plan: Plan,
+}
+
+impl Pass<'_> {
+    fn run(&self, backend: &CudaBackend) -> Result<()> {
+        let radix = self.digit.radix_size();
+        let grid = self.plan.grid();
+        // part_histR_K(keys[n], n, fn, counts[fanout * chunks], chunk_tiles)
+        launch!(
+            backend,
+            kernel_name(Kind::Hist, radix, self.key_bits),
+            grid,
+            &self.keys_in,
+            &self.n,
+            &self.digit,
+            &self.counts,
+            &self.plan.chunk_tiles
+        )?;
+        // part_scan_counts(counts[fanout * chunks], totals[fanout], chunks): one block per row.
+        let chunks = u64::from(self.plan.chunks);
+        let scan_cfg = LaunchConfig {
+            grid_dim: (self.digit.fanout, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            backend,
+            "part_scan_counts",
+            scan_cfg,
+            &self.counts,
+            &self.totals,
+            &chunks
+        )?;
+        // part_scatterR_K(keys[n], keys_out[n] or 0, n, fn, counts, totals, chunk_tiles,
+        // offsets[fanout + 1] or 0, cols): one launch per 16 columns, keys with the first.
+        let empty = [[].as_slice()];
+        let groups: Vec<&[ColSpec]> = if self.cols.is_empty() {
+            empty.to_vec()
+        } else {
+            self.cols.chunks(MAX_COLUMNS).collect()
+        };
+        for (g, group) in groups.into_iter().enumerate() {
+            let cols = Columns::of(group);
+            let (keys_out, offsets) = if g == 0 {
+                (self.keys_out, self.offsets)
+            } else {
+                (0u64, 0u64)
+            };
+            launch!(
+                backend,
+                kernel_name(Kind::Scatter, radix, self.key_bits),
+                grid,
+                &self.keys_in,
+                &keys_out,
+                &self.n,
+                &self.digit,
+                &self.counts,
+                &self.totals,
+                &self.plan.chunk_tiles,
+                &offsets,
+                &cols
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn ptr_in<T>(backend: &CudaBackend, v: &CudaView<'_, T>) -> u64 {
+    v.device_ptr(backend.stream()).0
+}
+
+fn ptr_out<T>(backend: &CudaBackend, v: &mut CudaViewMut<'_, T>) -> u64 {
+    v.device_ptr_mut(backend.stream()).0
+}
+
+fn zero_offsets(backend: &CudaBackend, offsets: &mut CudaViewMut<'_, u64>) -> Result<()> {
+    backend
+        .stream()
+        .memset_zeros(offsets)
+        .map_err(|e| Error::Driver {
+            op: "clearing partition offsets",
+            message: format!("{e:?}"),
+        })
+}
+
+/// Stable radix partition by key bits `bits` (see [`crate::RadixPartition`]): writes the keys
+/// to `keys_out`, each payload pair's input to its output, the row ids (when given) and the
+/// `2^width + 1` offsets. Ranges over 8 bits run as LSD passes through temporary columns held
+/// in `scratch`.
+///
+/// # Errors
+/// As [`crate::RadixPartition::radix_partition`], plus [`Error::LengthMismatch`] for outputs of
+/// the wrong length and [`Error::InvalidArgument`] for a payload pair of two widths.
+#[allow(clippy::too_many_arguments)] // inputs, three kinds of outputs, bits, scratch
+pub fn radix_partition<K: Key>(
+    backend: &CudaBackend,
+    keys_in: &CudaView<'_, K>,
+    keys_out: &mut CudaViewMut<'_, K>,
+    payloads: &[(ColumnIn<'_>, ColumnOut<'_>)],
+    row_ids: Option<ColumnOut<'_>>,
+    offsets: &mut CudaViewMut<'_, u64>,
+    bits: Range<u32>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = keys_in.len();
+    const WHAT: &str = "radix_partition keys vs column";
+    Error::check_len(WHAT, n, keys_out.len())?;
+    let (specs, ids) = col_specs(WHAT, n, n, payloads, &row_ids)?;
+    let fanout = radix_fanout::<K>(&bits)?;
+    Error::check_len(
+        "radix_partition offsets vs fan-out + 1",
+        fanout + 1,
+        offsets.len(),
+    )?;
+    if n == 0 {
+        return zero_offsets(backend, offsets);
+    }
+    let widths = pass_widths(bits.end - bits.start);
+    let passes = widths.len();
+    let plan = Plan::new(backend, n, 256, kernel_name(Kind::Scatter, 256, K::BITS))?;
+    // Scratch: histogram, then (more than one pass) a temporary copy of every column.
+    let hist = plan.histogram_bytes(256);
+    let mut moved: Vec<ColSpec> = specs.iter().copied().chain(ids).collect();
+    let tmp_bytes = |w: usize| align(n * w);
+    let mut total = hist;
+    if passes > 1 {
+        total += tmp_bytes(size_of::<K>());
+        total += moved
+            .iter()
+            .map(|c| tmp_bytes(c.width as usize))
+            .sum::<usize>();
+    }
+    let base = scratch.reserve(backend, total)?;
+    let counts = base;
+    let totals = base + align(256 * 8 * plan.chunks as usize) as u64;
+    // Temporary twin of each column (keys first), and the final destinations.
+    let mut at = base + hist as u64;
+    let mut tmp = |w: usize| {
+        let p = at;
+        at += tmp_bytes(w) as u64;
+        p
+    };
+    let tmp_keys = if passes > 1 { tmp(size_of::<K>()) } else { 0 };
+    let tmp_cols: Vec<u64> = if passes > 1 {
+        moved.iter().map(|c| tmp(c.width as usize)).collect()
+    } else {
+        vec![0; moved.len()]
+    };
+    let final_cols: Vec<u64> = moved.iter().map(|c| c.dst).collect();
+    let (mut src_keys, out_keys) = (ptr_in(backend, keys_in), ptr_out(backend, keys_out));
+    let out_offsets = ptr_out(backend, offsets);
+    let mut shift = bits.start;
+    for (p, &w) in widths.iter().enumerate() {
+        // The pass that writes the final columns alternates so that the last pass does.
+        let to_final = (passes - 1 - p) & 1 == 0;
+        let dst_keys = if to_final { out_keys } else { tmp_keys };
+        for (i, c) in moved.iter_mut().enumerate() {
+            c.dst = if to_final { final_cols[i] } else { tmp_cols[i] };
+        }
+        Pass {
+            key_bits: K::BITS,
+            keys_in: src_keys,
+            keys_out: dst_keys,
+            n: n as u64,
+            digit: DigitFn::radix(shift, w),
+            cols: &moved,
+            offsets: if passes == 1 { out_offsets } else { 0 },
+            counts,
+            totals,
+            plan,
+        }
+        .run(backend)?;
+        // This pass's outputs are the next one's inputs (row ids included).
+        src_keys = dst_keys;
+        for c in moved.iter_mut() {
+            c.src = c.dst;
+        }
+        shift += w;
+    }
+    if passes > 1 {
+        // part_offsets_sorted_K(keys[n], n, shift, mask, offsets[fanout + 1], fanout)
+        let name = if K::BITS == 32 {
+            "part_offsets_sorted_u32"
+        } else {
+            "part_offsets_sorted_u64"
+        };
+        let (n64, mask, f64) = (n as u64, fanout as u64 - 1, fanout as u64);
+        launch!(
+            backend,
+            name,
+            backend.grid_stride_config(n + 1, THREADS),
+            &out_keys,
+            &n64,
+            &bits.start,
+            &mask,
+            &out_offsets,
+            &f64
+        )?;
+    }
+    Ok(())
+}
+
+/// Hash partition into `fanout` partitions by [`crate::hash_partition_of`] with `seed` (see
+/// [`crate::HashPartition`]): writes keys, payloads, row ids and `fanout + 1` offsets.
+///
+/// # Errors
+/// As [`crate::HashPartition::hash_partition`], plus [`Error::LengthMismatch`] for outputs of
+/// the wrong length and [`Error::InvalidArgument`] for a payload pair of two widths.
+#[allow(clippy::too_many_arguments)] // inputs, three kinds of outputs, fan-out, seed, scratch
+pub fn hash_partition<K: Key>(
+    backend: &CudaBackend,
+    keys_in: &CudaView<'_, K>,
+    keys_out: &mut CudaViewMut<'_, K>,
+    payloads: &[(ColumnIn<'_>, ColumnOut<'_>)],
+    row_ids: Option<ColumnOut<'_>>,
+    offsets: &mut CudaViewMut<'_, u64>,
+    fanout: usize,
+    seed: u32,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = keys_in.len();
+    const WHAT: &str = "hash_partition keys vs column";
+    Error::check_len(WHAT, n, keys_out.len())?;
+    let (mut specs, ids) = col_specs(WHAT, n, n, payloads, &row_ids)?;
+    let fanout = hash_fanout(fanout)?;
+    Error::check_len(
+        "hash_partition offsets vs fan-out + 1",
+        fanout + 1,
+        offsets.len(),
+    )?;
+    if n == 0 {
+        return zero_offsets(backend, offsets);
+    }
+    specs.extend(ids);
+    let digit = DigitFn::hash(fanout, seed);
+    let radix = digit.radix_size();
+    let plan = Plan::new(
+        backend,
+        n,
+        radix,
+        kernel_name(Kind::Scatter, radix, K::BITS),
+    )?;
+    let counts = scratch.reserve(backend, plan.histogram_bytes(digit.fanout))?;
+    Pass {
+        key_bits: K::BITS,
+        keys_in: ptr_in(backend, keys_in),
+        keys_out: ptr_out(backend, keys_out),
+        n: n as u64,
+        digit,
+        cols: &specs,
+        offsets: ptr_out(backend, offsets),
+        counts,
+        totals: counts + align(fanout * 8 * plan.chunks as usize) as u64,
+        plan,
+    }
+    .run(backend)
+}
+
+/// Output views of a bucket-chain partition (see [`crate::BucketChains`] for their meaning and
+/// [`crate::bucket_pool_buckets`] for the pool size).
+#[derive(Debug)]
+pub struct ChainsOut<'a, K> {
+    /// Key pool: `pool_buckets * bucket_capacity` slots.
+    pub keys: CudaViewMut<'a, K>,
+    /// Next (older) bucket of each pool bucket's chain: `pool_buckets` entries.
+    pub next: CudaViewMut<'a, u32>,
+    /// Newest bucket of each partition: `fanout` entries.
+    pub heads: CudaViewMut<'a, u32>,
+    /// Rows of each partition: `fanout` entries.
+    pub counts: CudaViewMut<'a, u64>,
+    /// One entry: buckets taken from the pool.
+    pub used: CudaViewMut<'a, u32>,
+}
+
+/// Bucket-chain partition (see [`crate::BucketChainPartition`]); payload and row-id outputs
+/// are pools of `pool_buckets * bucket_capacity` slots like `out.keys`.
+///
+/// # Errors
+/// As [`crate::BucketChainPartition::bucket_chain_partition`], plus
+/// [`Error::LengthMismatch`] for outputs of the wrong length.
+#[allow(clippy::too_many_arguments)] // inputs, outputs, partitioner, capacity, scratch
+pub fn bucket_chain_partition<K: Key>(
+    backend: &CudaBackend,
+    keys_in: &CudaView<'_, K>,
+    payloads: &[(ColumnIn<'_>, ColumnOut<'_>)],
+    row_ids: Option<ColumnOut<'_>>,
+    mut out: ChainsOut<'_, K>,
+    by: &Partitioner,
+    bucket_capacity: usize,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = keys_in.len();
+    let fanout = by.fanout::<K>()?;
+    let pool = bucket_pool_buckets(n, fanout, bucket_capacity)?;
+    let slots = pool * bucket_capacity;
+    const WHAT: &str = "bucket_chain_partition pool slots vs column";
+    Error::check_len(WHAT, slots, out.keys.len())?;
+    let (mut specs, ids) = col_specs(WHAT, n, slots, payloads, &row_ids)?;
+    specs.extend(ids);
+    if specs.len() > MAX_BUCKET_COLUMNS {
+        return Err(crate::bucket::too_many_columns(specs.len()));
+    }
+    Error::check_len(
+        "bucket_chain_partition next vs pool buckets",
+        pool,
+        out.next.len(),
+    )?;
+    Error::check_len(
+        "bucket_chain_partition heads vs fan-out",
+        fanout,
+        out.heads.len(),
+    )?;
+    Error::check_len(
+        "bucket_chain_partition counts vs fan-out",
+        fanout,
+        out.counts.len(),
+    )?;
+    Error::check_len("bucket_chain_partition used", 1, out.used.len())?;
+    let digit = match by {
+        Partitioner::Radix(bits) => DigitFn::radix(bits.start, bits.end - bits.start),
+        Partitioner::Hash { fanout, seed } => DigitFn::hash(*fanout, *seed),
+    };
+    let state = scratch.reserve(backend, fanout * 8)?;
+    let (heads, counts, used) = (
+        ptr_out(backend, &mut out.heads),
+        ptr_out(backend, &mut out.counts),
+        ptr_out(backend, &mut out.used),
+    );
+    let (f32_, cap32) = (fanout as u32, bucket_capacity as u32);
+    // part_bucket_init(state[fanout], counts[fanout], used[1], fanout, cap)
+    let small = backend.grid_stride_config(fanout, THREADS);
+    launch!(
+        backend,
+        "part_bucket_init",
+        small,
+        &state,
+        &counts,
+        &used,
+        &f32_,
+        &cap32
+    )?;
+    if n > 0 {
+        let radix = digit.radix_size();
+        let name = kernel_name(Kind::Bucket, radix, K::BITS);
+        let plan = Plan::new(backend, n, radix, name)?;
+        let cols = Columns::of(&specs);
+        let (keys, pool_keys, next) = (
+            ptr_in(backend, keys_in),
+            ptr_out(backend, &mut out.keys),
+            ptr_out(backend, &mut out.next),
+        );
+        let (n64, pool32) = (n as u64, pool as u32);
+        // part_bucketR_K(keys[n], pool_keys[pool * cap], n, fn, state, next[pool], counts,
+        // used, pool, cap, chunk_tiles, cols (pools of pool * cap))
+        launch!(
+            backend,
+            name,
+            plan.grid(),
+            &keys,
+            &pool_keys,
+            &n64,
+            &digit,
+            &state,
+            &next,
+            &counts,
+            &used,
+            &pool32,
+            &cap32,
+            &plan.chunk_tiles,
+            &cols
+        )?;
+    }
+    // part_bucket_heads(state[fanout], heads[fanout], fanout)
+    launch!(backend, "part_bucket_heads", small, &state, &heads, &f32_)
+}
+
+/// Output buffers of a contiguous partition call, borrowed for the view-level function.
+pub(crate) struct Outs<'a, K> {
+    pub(crate) keys: CudaViewMut<'a, K>,
+    pub(crate) pairs: Vec<(ColumnIn<'a>, ColumnOut<'a>)>,
+    pub(crate) row_ids: Option<ColumnOut<'a>>,
+    pub(crate) offsets: CudaViewMut<'a, u64>,
+    pub(crate) scratch: &'a mut Scratch,
+}
+
+/// Allocates the outputs of a contiguous partition, runs the view-level `run` on them.
+pub(crate) fn owned_partition<K: Key>(
+    backend: &CudaBackend,
+    keys: &DeviceBuffer<K>,
+    payloads: &[Column<CudaBackend>],
+    row_ids: RowIds,
+    fanout: usize,
+    run: impl FnOnce(Outs<'_, K>) -> Result<()>,
+) -> Result<Partitioned<CudaBackend, K>> {
+    let n = keys.len();
+    let mut keys_out = backend.alloc::<K>(n)?;
+    let mut cols = payloads
+        .iter()
+        .map(|c| alloc_like(backend, c, n))
+        .collect::<Result<Vec<_>>>()?;
+    let mut ids = alloc_row_ids(backend, n, row_ids)?;
+    let mut offsets = backend.alloc::<u64>(fanout + 1)?;
+    let mut scratch = Scratch::new();
+    run(Outs {
+        keys: keys_out.view_mut(),
+        pairs: payloads
+            .iter()
+            .zip(cols.iter_mut())
+            .map(|(i, o)| (ColumnIn::from_column(i), ColumnOut::from_column(o)))
+            .collect(),
+        row_ids: ids.as_mut().map(ColumnOut::from_column),
+        offsets: offsets.view_mut(),
+        scratch: &mut scratch,
+    })?;
+    Ok(Partitioned {
+        keys: keys_out,
+        payloads: cols,
+        row_ids: ids,
+        offsets,
+    })
+}
+
+/// Allocates the outputs of a bucket-chain partition and fills them.
+pub(crate) fn owned_bucket_chains<K: Key>(
+    backend: &CudaBackend,
+    keys: &DeviceBuffer<K>,
+    payloads: &[Column<CudaBackend>],
+    by: &Partitioner,
+    bucket_capacity: usize,
+    row_ids: RowIds,
+) -> Result<crate::BucketChains<CudaBackend, K>> {
+    let n = keys.len();
+    let (fanout, pool) =
+        crate::bucket::check_bucket::<K, CudaBackend>(n, payloads, by, bucket_capacity, row_ids)?;
+    let slots = pool * bucket_capacity;
+    let mut pool_keys = backend.alloc::<K>(slots)?;
+    let mut cols = payloads
+        .iter()
+        .map(|c| alloc_like(backend, c, slots))
+        .collect::<Result<Vec<_>>>()?;
+    let mut ids = alloc_row_ids(backend, slots, row_ids)?;
+    let mut next = backend.alloc::<u32>(pool)?;
+    let mut heads = backend.alloc::<u32>(fanout)?;
+    let mut counts = backend.alloc::<u64>(fanout)?;
+    let mut used = backend.alloc::<u32>(1)?;
+    let pairs: Vec<(ColumnIn<'_>, ColumnOut<'_>)> = payloads
+        .iter()
+        .zip(cols.iter_mut())
+        .map(|(i, o)| (ColumnIn::from_column(i), ColumnOut::from_column(o)))
+        .collect();
+    bucket_chain_partition(
+        backend,
+        &keys.view(),
+        &pairs,
+        ids.as_mut().map(ColumnOut::from_column),
+        ChainsOut {
+            keys: pool_keys.view_mut(),
+            next: next.view_mut(),
+            heads: heads.view_mut(),
+            counts: counts.view_mut(),
+            used: used.view_mut(),
+        },
+        by,
+        bucket_capacity,
+        &mut Scratch::new(),
+    )?;
+    drop(pairs);
+    Ok(crate::BucketChains {
+        keys: pool_keys,
+        payloads: cols,
+        row_ids: ids,
+        next,
+        heads,
+        counts,
+        used,
+        bucket_capacity,
+    })
+}

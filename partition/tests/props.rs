@@ -1,0 +1,826 @@
+//! Property tests: outputs are partitions of the input (a permutation: nothing lost or
+//! duplicated, payloads follow their keys, every row in its partition, offsets right), radix is
+//! stable and equals a naive stable reference, and CUDA (where a GPU is present) equals the CPU
+//! twin exactly for radix and as multisets per partition for hash and bucket-chain. Sizes 0, 1,
+//! odd; all-equal keys; keys at 0 and MAX; bit ranges at the edges and split into passes.
+
+use std::ops::Range;
+
+use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key, hash};
+use joinkit_partition::{
+    BucketChainPartition, Column, FlatPartitions, HashPartition, Partitioned, Partitioner,
+    RadixPartition, RowIds, hash_partition_of,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+#[cfg(feature = "cuda")]
+type Gpu = Option<joinkit_cuda::CudaBackend>;
+#[cfg(not(feature = "cuda"))]
+type Gpu = Option<()>;
+
+fn gpu(test: &str) -> Gpu {
+    #[cfg(feature = "cuda")]
+    {
+        joinkit_cuda::testing::cuda_or_skip(test)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = test;
+        None
+    }
+}
+
+fn runner() -> TestRunner {
+    TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+/// Keys with the shapes that break partitioners: random, few distinct, all equal, extremes.
+fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
+    let extreme = prop_oneof![Just(K::from_u64(0)), Just(K::MAX), any::<K>()];
+    prop_oneof![
+        proptest::collection::vec(any::<K>(), 0..3000),
+        proptest::collection::vec((0u64..4).prop_map(K::from_u64), 0..3000),
+        (any::<K>(), 0usize..2000).prop_map(|(k, n)| vec![k; n]),
+        proptest::collection::vec(extreme, 0..500),
+        proptest::collection::vec(any::<K>(), 0..3),
+    ]
+}
+
+/// Radix bit ranges: the edges, one pass, two and three passes (the 24-bit limit, with its
+/// 2^24 offsets, has a test of its own: it is slow in debug builds).
+fn radix_bits<K: Key>() -> impl Strategy<Value = Range<u32>> {
+    let w = K::BITS;
+    prop_oneof![
+        Just(0..1),
+        Just(w - 1..w),
+        Just(0..8),
+        Just(0..17),
+        Just(w - 17..w),
+        Just(w - 12..w),
+        (0..w)
+            .prop_flat_map(move |b| (Just(b), b + 1..=(b + 16).min(w)))
+            .prop_map(|(a, b)| a..b)
+    ]
+}
+
+fn row_ids() -> impl Strategy<Value = RowIds> {
+    prop_oneof![Just(RowIds::U32), Just(RowIds::U64)]
+}
+
+/// Two payload columns of different widths, derived from the row index.
+fn payloads(n: usize) -> (Vec<u32>, Vec<i64>) {
+    (
+        (0..n as u32).map(|i| i.wrapping_mul(3) ^ 0x5555).collect(),
+        (0..n as u64).map(|i| hash::hash64(i, 9) as i64).collect(),
+    )
+}
+
+/// A column on the host as zero-extended bit patterns.
+fn bits<B: Backend>(b: &B, c: &Column<B>) -> Vec<u64> {
+    joinkit_cuda::each_column!(c, x => b.download(x).unwrap().into_iter().map(Element::to_bits).collect())
+}
+
+/// The two test payloads as columns on `b`.
+fn payload_cols<B: Backend>(b: &B, pa: &[u32], pb: &[i64]) -> Vec<Column<B>> {
+    vec![
+        Column::U32(b.upload(pa).unwrap()),
+        Column::I64(b.upload(pb).unwrap()),
+    ]
+}
+
+/// A partition result on the host: keys, payload bits, row ids, offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Host<K> {
+    keys: Vec<K>,
+    payloads: Vec<Vec<u64>>,
+    row_ids: Vec<u64>,
+    offsets: Vec<u64>,
+}
+
+fn host<B: Backend, K: Key>(b: &B, p: &Partitioned<B, K>) -> Host<K> {
+    Host {
+        keys: b.download(&p.keys).unwrap(),
+        payloads: p.payloads.iter().map(|c| bits(b, c)).collect(),
+        row_ids: bits(b, p.row_ids.as_ref().unwrap()),
+        offsets: b.download(&p.offsets).unwrap(),
+    }
+}
+
+fn flat_host<K: Key>(f: FlatPartitions<K>) -> Host<K> {
+    Host {
+        keys: f.keys,
+        payloads: f.payloads,
+        row_ids: f.row_ids.unwrap(),
+        offsets: f.offsets,
+    }
+}
+
+/// Checks that `out` is a partition of the input by `part_of`: offsets right, row ids a
+/// permutation, keys and payloads at their row's values, every row in its partition, and, if
+/// `stable`, input order within each partition.
+fn check_partition<K: Key>(
+    keys: &[K],
+    pa: &[u32],
+    pb: &[i64],
+    fanout: usize,
+    part_of: impl Fn(K) -> usize,
+    out: &Host<K>,
+    stable: bool,
+) -> Result<(), TestCaseError> {
+    let n = keys.len();
+    prop_assert_eq!(out.offsets.len(), fanout + 1);
+    prop_assert_eq!(out.offsets[0], 0);
+    prop_assert_eq!(out.offsets[fanout], n as u64);
+    prop_assert!(out.offsets.windows(2).all(|w| w[0] <= w[1]));
+    prop_assert_eq!(out.keys.len(), n);
+    prop_assert_eq!(out.row_ids.len(), n);
+    let mut seen = vec![false; n];
+    for j in 0..n {
+        let r = out.row_ids[j] as usize;
+        prop_assert!(r < n && !seen[r], "row id {} out of range or repeated", r);
+        seen[r] = true;
+        prop_assert_eq!(out.keys[j], keys[r]);
+        prop_assert_eq!(out.payloads[0][j], pa[r].to_bits());
+        prop_assert_eq!(out.payloads[1][j], pb[r].to_bits());
+        let p = part_of(keys[r]);
+        prop_assert!(p < fanout, "partition {} past the fan-out", p);
+        let (lo, hi) = (out.offsets[p] as usize, out.offsets[p + 1] as usize);
+        prop_assert!(
+            lo <= j && j < hi,
+            "row {} (partition {}) at {} outside {}..{}",
+            r,
+            p,
+            j,
+            lo,
+            hi
+        );
+        if stable && j > lo {
+            prop_assert!(out.row_ids[j - 1] < out.row_ids[j], "not stable at {}", j);
+        }
+    }
+    Ok(())
+}
+
+/// Per-partition multisets of (key, payload bits, row id).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn multisets<K: Key>(h: &Host<K>) -> Vec<Vec<(u64, u64, u64, u64)>> {
+    h.offsets
+        .windows(2)
+        .map(|w| {
+            let mut v: Vec<_> = (w[0] as usize..w[1] as usize)
+                .map(|j| {
+                    (
+                        h.keys[j].to_u64(),
+                        h.payloads[0][j],
+                        h.payloads[1][j],
+                        h.row_ids[j],
+                    )
+                })
+                .collect();
+            v.sort_unstable();
+            v
+        })
+        .collect()
+}
+
+fn naive_radix<K: Key>(keys: &[K], bits: &Range<u32>) -> (Vec<K>, Vec<u64>) {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| (keys[i].digit(bits.start, bits.end), i));
+    (
+        order.iter().map(|&i| keys[i]).collect(),
+        order.iter().map(|&i| i as u64).collect(),
+    )
+}
+
+fn check_radix<K: Key + Arbitrary>(test: &str) {
+    let gpu = gpu(test);
+    runner()
+        .run(
+            &(keys::<K>(), radix_bits::<K>(), row_ids()),
+            |(k, bits, ids)| {
+                let (pa, pb) = payloads(k.len());
+                let cpu = CpuBackend::new();
+                let cols = payload_cols(&cpu, &pa, &pb);
+                let got = host(
+                    &cpu,
+                    &cpu.radix_partition(&k, &cols, bits.clone(), ids).unwrap(),
+                );
+                let fanout = 1usize << (bits.end - bits.start);
+                let part_of = |x: K| x.digit(bits.start, bits.end) as usize;
+                check_partition(&k, &pa, &pb, fanout, part_of, &got, true)?;
+                let (want_keys, want_rows) = naive_radix(&k, &bits);
+                prop_assert_eq!(&got.keys, &want_keys);
+                prop_assert_eq!(&got.row_ids, &want_rows);
+                // Without row ids: the same columns.
+                let plain = cpu
+                    .radix_partition(&k, &cols, bits.clone(), RowIds::None)
+                    .unwrap();
+                prop_assert!(plain.row_ids.is_none());
+                prop_assert_eq!(&plain.keys, &got.keys);
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let dev = gpu_views::radix(g, &k, &pa, &pb, bits.clone(), ids);
+                    prop_assert_eq!(&dev, &got, "CUDA differs from the CPU twin");
+                    let again = host(g, &gpu_owned_radix(g, &k, &pa, &pb, bits.clone(), ids));
+                    prop_assert_eq!(&again, &got, "CUDA not deterministic across runs");
+                }
+                #[cfg(not(feature = "cuda"))]
+                let _ = &gpu;
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_owned_radix<K: Key>(
+    g: &joinkit_cuda::CudaBackend,
+    k: &[K],
+    pa: &[u32],
+    pb: &[i64],
+    bits: Range<u32>,
+    ids: RowIds,
+) -> Partitioned<joinkit_cuda::CudaBackend, K> {
+    let dk = g.upload(k).unwrap();
+    g.radix_partition(&dk, &payload_cols(g, pa, pb), bits, ids)
+        .unwrap()
+}
+
+#[test]
+fn radix_widest_range_in_three_passes() {
+    let gpu = gpu("radix_widest_range_in_three_passes");
+    let k: Vec<u64> = (0..2001u64)
+        .map(|i| hash::hash64(i, 1) | if i % 7 == 0 { u64::MAX } else { 0 })
+        .collect();
+    let (pa, pb) = payloads(k.len());
+    let cpu = CpuBackend::new();
+    let cols = payload_cols(&cpu, &pa, &pb);
+    for bits in [0..24, 40..64] {
+        let got = host(
+            &cpu,
+            &cpu.radix_partition(&k, &cols, bits.clone(), RowIds::U32)
+                .unwrap(),
+        );
+        let part_of = |x: u64| x.digit(bits.start, bits.end) as usize;
+        check_partition(&k, &pa, &pb, 1 << 24, part_of, &got, true).unwrap();
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &gpu {
+            let dev = gpu_views::radix(g, &k, &pa, &pb, bits.clone(), RowIds::U32);
+            assert!(dev == got, "CUDA differs from the CPU twin on {bits:?}");
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = &gpu;
+}
+
+#[test]
+fn radix_u32() {
+    check_radix::<u32>("radix_u32");
+}
+#[test]
+fn radix_u64() {
+    check_radix::<u64>("radix_u64");
+}
+
+fn check_hash<K: Key + Arbitrary>(test: &str) {
+    let gpu = gpu(test);
+    let fanout = prop_oneof![
+        Just(1usize),
+        Just(2),
+        Just(3),
+        Just(256),
+        Just(257),
+        Just(1000),
+        Just(1024),
+        1usize..1025
+    ];
+    runner()
+        .run(
+            &(keys::<K>(), fanout, any::<u32>(), row_ids()),
+            |(k, fanout, seed, ids)| {
+                let (pa, pb) = payloads(k.len());
+                let cpu = CpuBackend::new();
+                let cols = payload_cols(&cpu, &pa, &pb);
+                let got = host(
+                    &cpu,
+                    &cpu.hash_partition(&k, &cols, fanout, seed, ids).unwrap(),
+                );
+                let part_of = |x: K| hash_partition_of(x, seed, fanout as u32);
+                check_partition(&k, &pa, &pb, fanout, part_of, &got, false)?;
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let dev = gpu_views::hash(g, &k, &pa, &pb, fanout, seed, ids);
+                    check_partition(&k, &pa, &pb, fanout, part_of, &dev, false)?;
+                    prop_assert_eq!(&dev.offsets, &got.offsets);
+                    prop_assert_eq!(multisets(&dev), multisets(&got));
+                }
+                #[cfg(not(feature = "cuda"))]
+                let _ = &gpu;
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn hash_u32() {
+    check_hash::<u32>("hash_u32");
+}
+#[test]
+fn hash_u64() {
+    check_hash::<u64>("hash_u64");
+}
+
+fn partitioner<K: Key>() -> impl Strategy<Value = Partitioner> {
+    let w = K::BITS;
+    prop_oneof![
+        Just(Partitioner::Radix(0..1)),
+        Just(Partitioner::Radix(w - 1..w)),
+        Just(Partitioner::Radix(0..10)),
+        (0..w - 8).prop_map(|b| Partitioner::Radix(b..b + 8)),
+        (1usize..=1024, any::<u32>()).prop_map(|(fanout, seed)| Partitioner::Hash { fanout, seed }),
+    ]
+}
+
+fn check_bucket<K: Key + Arbitrary>(test: &str) {
+    let gpu = gpu(test);
+    let cap = prop_oneof![
+        Just(1usize),
+        Just(3),
+        Just(16),
+        Just(100),
+        Just(4096),
+        1usize..5000
+    ];
+    runner()
+        .run(
+            &(keys::<K>(), partitioner::<K>(), cap, row_ids()),
+            |(k, by, cap, ids)| {
+                let (pa, pb) = payloads(k.len());
+                let cpu = CpuBackend::new();
+                let cols = payload_cols(&cpu, &pa, &pb);
+                let fanout = by.fanout::<K>().unwrap();
+                let chains = cpu
+                    .bucket_chain_partition(&k, &cols, &by, cap, ids)
+                    .unwrap();
+                prop_assert_eq!(chains.fanout(), fanout);
+                #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+                let cpu_used = chains.used[0];
+                let got = flat_host(chains.flatten(&cpu).unwrap());
+                let part_of = |x: K| by.partition_of(x);
+                check_partition(&k, &pa, &pb, fanout, part_of, &got, false)?;
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let dk = g.upload(&k).unwrap();
+                    let cols = payload_cols(g, &pa, &pb);
+                    let chains = g.bucket_chain_partition(&dk, &cols, &by, cap, ids).unwrap();
+                    let dev = flat_host(chains.flatten(g).unwrap());
+                    check_partition(&k, &pa, &pb, fanout, part_of, &dev, false)?;
+                    prop_assert_eq!(&dev.offsets, &got.offsets);
+                    prop_assert_eq!(multisets(&dev), multisets(&got));
+                    let used = g.download(&chains.used).unwrap()[0];
+                    prop_assert_eq!(used, cpu_used, "buckets taken");
+                }
+                #[cfg(not(feature = "cuda"))]
+                let _ = &gpu;
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn bucket_chain_u32() {
+    check_bucket::<u32>("bucket_chain_u32");
+}
+#[test]
+fn bucket_chain_u64() {
+    check_bucket::<u64>("bucket_chain_u64");
+}
+
+/// Bad input gets the same typed error from both backends.
+fn errors_on<B: RadixPartition + HashPartition + BucketChainPartition>(b: &B) {
+    let k = b.upload(&[1u32, 2, 3]).unwrap();
+    let short = b.upload(&[1u64, 2]).unwrap();
+    let good = || b.upload(&[1u64, 2, 3]).unwrap();
+    let mismatch = [Column::U64(good()), Column::U64(short)];
+    let ok = [Column::U64(good())];
+    let is_len = |e: Error| {
+        matches!(
+            e,
+            Error::LengthMismatch {
+                left: 3,
+                right: 2,
+                ..
+            }
+        )
+    };
+    assert!(is_len(
+        b.radix_partition(&k, &mismatch, 0..8, RowIds::None)
+            .unwrap_err()
+    ));
+    assert!(is_len(
+        b.hash_partition(&k, &mismatch, 4, 0, RowIds::None)
+            .unwrap_err()
+    ));
+    let by = Partitioner::Hash { fanout: 4, seed: 0 };
+    assert!(is_len(
+        b.bucket_chain_partition(&k, &mismatch, &by, 8, RowIds::None)
+            .err()
+            .unwrap()
+    ));
+    for bits in [0..33, 32..33, 5..5, Range { start: 9, end: 3 }] {
+        let e = b
+            .radix_partition(&k, &ok, bits.clone(), RowIds::None)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::BitRange { width: 32, .. }),
+            "{bits:?}: {e:?}"
+        );
+        let e = b.bucket_chain_partition(&k, &ok, &Partitioner::Radix(bits), 8, RowIds::None);
+        assert!(matches!(e.err().unwrap(), Error::BitRange { .. }));
+    }
+    let e = b.radix_partition(&k, &ok, 0..25, RowIds::None).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let e = b.hash_partition(&k, &ok, 0, 0, RowIds::None).unwrap_err();
+    assert!(matches!(e, Error::EmptyInput(_)), "{e:?}");
+    let e = b
+        .hash_partition(&k, &ok, 1025, 0, RowIds::None)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let zero = Partitioner::Hash { fanout: 0, seed: 0 };
+    let e = b
+        .bucket_chain_partition(&k, &ok, &zero, 8, RowIds::None)
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::EmptyInput(_)), "{e:?}");
+    let e = b.bucket_chain_partition(&k, &ok, &Partitioner::Radix(0..11), 8, RowIds::None);
+    assert!(matches!(e.err().unwrap(), Error::InvalidArgument(_)));
+    let e = b
+        .bucket_chain_partition(&k, &ok, &by, 0, RowIds::None)
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let many: Vec<Column<B>> = (0..16).map(|_| Column::U64(good())).collect();
+    let e = b
+        .bucket_chain_partition(&k, &many, &by, 8, RowIds::U32)
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    // 16 columns without row ids is fine.
+    assert!(
+        b.bucket_chain_partition(&k, &many, &by, 8, RowIds::None)
+            .is_ok()
+    );
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    errors_on(&CpuBackend::new());
+    #[cfg(feature = "cuda")]
+    if let Some(g) = gpu("bad_input_is_a_typed_error") {
+        errors_on(&g);
+    }
+}
+
+#[test]
+fn many_payload_columns_follow_their_keys() {
+    // More than one scatter launch's worth of columns (16) on the GPU; mixed widths.
+    let keys: Vec<u64> = (0..5000u64).map(|i| hash::hash64(i, 3)).collect();
+    let cols32: Vec<Vec<u32>> = (0..10)
+        .map(|c| (0..5000u32).map(|i| i * 31 + c).collect())
+        .collect();
+    let cols64: Vec<Vec<u64>> = (0..10)
+        .map(|c| (0..5000u64).map(|i| i << 20 | c).collect())
+        .collect();
+    let check = |p: Vec<Vec<u64>>, ids: Vec<u64>| {
+        for (c, col) in p.iter().enumerate() {
+            for (j, &v) in col.iter().enumerate() {
+                let r = ids[j];
+                let want = if c % 2 == 0 {
+                    u64::from(cols32[c / 2][r as usize])
+                } else {
+                    cols64[c / 2][r as usize]
+                };
+                assert_eq!(v, want, "column {c} row {j}");
+            }
+        }
+    };
+    let cpu = CpuBackend::new();
+    let refs: Vec<Column<CpuBackend>> = (0..20)
+        .map(|c| {
+            if c % 2 == 0 {
+                Column::U32(cols32[c / 2].clone())
+            } else {
+                Column::U64(cols64[c / 2].clone())
+            }
+        })
+        .collect();
+    let p = cpu
+        .radix_partition(&keys, &refs, 3..19, RowIds::U64)
+        .unwrap();
+    let ids = bits(&cpu, p.row_ids.as_ref().unwrap());
+    check(
+        p.payloads.iter().map(|c| bits(&cpu, c)).collect(),
+        ids.clone(),
+    );
+    #[cfg(feature = "cuda")]
+    if let Some(g) = gpu("many_payload_columns_follow_their_keys") {
+        let dk = g.upload(&keys).unwrap();
+        let refs: Vec<Column<joinkit_cuda::CudaBackend>> = (0..20)
+            .map(|c| {
+                if c % 2 == 0 {
+                    Column::U32(g.upload(&cols32[c / 2]).unwrap())
+                } else {
+                    Column::U64(g.upload(&cols64[c / 2]).unwrap())
+                }
+            })
+            .collect();
+        let q = g.radix_partition(&dk, &refs, 3..19, RowIds::U64).unwrap();
+        let gids = bits(&g, q.row_ids.as_ref().unwrap());
+        assert_eq!(gids, ids);
+        check(q.payloads.iter().map(|c| bits(&g, c)).collect(), gids);
+        let h = g.hash_partition(&dk, &refs, 77, 5, RowIds::U32).unwrap();
+        let hids = bits(&g, h.row_ids.as_ref().unwrap());
+        check(h.payloads.iter().map(|c| bits(&g, c)).collect(), hids);
+    }
+}
+
+#[test]
+fn payload_columns_keep_their_type() {
+    let cpu = CpuBackend::new();
+    let k = vec![3u32, 1, 2];
+    let (a, b) = (vec![-1i32, -2, -3], vec![7u64, 8, 9]);
+    let p = cpu
+        .radix_partition(&k, &[Column::I32(a), Column::U64(b)], 0..2, RowIds::None)
+        .unwrap();
+    assert!(matches!(&p.payloads[0], Column::I32(v) if *v == vec![-2, -3, -1]));
+    assert!(matches!(&p.payloads[1], Column::U64(v) if *v == vec![8, 9, 7]));
+    assert_eq!(p.payloads[0].width(), 4);
+    assert_eq!(p.offsets, vec![0, 0, 1, 2, 3]);
+}
+
+/// View-level runs with poisoned outputs, so a slot the kernel fails to write shows.
+#[cfg(feature = "cuda")]
+mod gpu_views {
+    use super::*;
+    use joinkit_cuda::{CudaBackend, Scratch, testing::POISON_U64};
+    use joinkit_partition::cuda::{self, ColumnIn, ColumnOut};
+
+    fn poisoned<T: Element>(g: &CudaBackend, n: usize) -> joinkit_cuda::DeviceBuffer<T> {
+        let mut b = g.alloc::<T>(n).unwrap();
+        g.fill(&mut b, T::from_bits(POISON_U64)).unwrap();
+        b
+    }
+
+    fn run<K: Key>(
+        g: &CudaBackend,
+        k: &[K],
+        pa: &[u32],
+        pb: &[i64],
+        ids: RowIds,
+        fanout: usize,
+        call: impl FnOnce(
+            &joinkit_cuda::cudarc::driver::CudaView<'_, K>,
+            &mut joinkit_cuda::cudarc::driver::CudaViewMut<'_, K>,
+            &[(ColumnIn<'_>, ColumnOut<'_>)],
+            Option<ColumnOut<'_>>,
+            &mut joinkit_cuda::cudarc::driver::CudaViewMut<'_, u64>,
+            &mut Scratch,
+        ) -> joinkit_cuda::Result<()>,
+    ) -> Host<K> {
+        let n = k.len();
+        let (dk, da, db) = (
+            g.upload(k).unwrap(),
+            g.upload(pa).unwrap(),
+            g.upload(pb).unwrap(),
+        );
+        let mut ok = poisoned::<K>(g, n);
+        let mut oa = poisoned::<u32>(g, n);
+        let mut ob = poisoned::<i64>(g, n);
+        let mut ids32 = poisoned::<u32>(g, n);
+        let mut ids64 = poisoned::<u64>(g, n);
+        let mut off = poisoned::<u64>(g, fanout + 1);
+        let mut scratch = Scratch::new();
+        {
+            let pairs = [
+                (ColumnIn::from_buffer(&da), ColumnOut::from_buffer(&mut oa)),
+                (ColumnIn::from_buffer(&db), ColumnOut::from_buffer(&mut ob)),
+            ];
+            let id_out = match ids {
+                RowIds::U32 => Some(ColumnOut::from_buffer(&mut ids32)),
+                RowIds::U64 => Some(ColumnOut::from_buffer(&mut ids64)),
+                RowIds::None => None,
+            };
+            call(
+                &dk.view(),
+                &mut ok.view_mut(),
+                &pairs,
+                id_out,
+                &mut off.view_mut(),
+                &mut scratch,
+            )
+            .unwrap();
+        }
+        Host {
+            keys: g.download(&ok).unwrap(),
+            payloads: vec![
+                g.download(&oa)
+                    .unwrap()
+                    .into_iter()
+                    .map(Element::to_bits)
+                    .collect(),
+                g.download(&ob)
+                    .unwrap()
+                    .into_iter()
+                    .map(Element::to_bits)
+                    .collect(),
+            ],
+            row_ids: match ids {
+                RowIds::U32 => g
+                    .download(&ids32)
+                    .unwrap()
+                    .into_iter()
+                    .map(u64::from)
+                    .collect(),
+                _ => g.download(&ids64).unwrap(),
+            },
+            offsets: g.download(&off).unwrap(),
+        }
+    }
+
+    pub(super) fn radix<K: Key>(
+        g: &CudaBackend,
+        k: &[K],
+        pa: &[u32],
+        pb: &[i64],
+        bits: Range<u32>,
+        ids: RowIds,
+    ) -> Host<K> {
+        let fanout = 1usize << (bits.end - bits.start);
+        run(g, k, pa, pb, ids, fanout, |ki, ko, pairs, id, off, s| {
+            cuda::radix_partition(g, ki, ko, pairs, id, off, bits, s)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hash<K: Key>(
+        g: &CudaBackend,
+        k: &[K],
+        pa: &[u32],
+        pb: &[i64],
+        fanout: usize,
+        seed: u32,
+        ids: RowIds,
+    ) -> Host<K> {
+        run(g, k, pa, pb, ids, fanout, |ki, ko, pairs, id, off, s| {
+            cuda::hash_partition(g, ki, ko, pairs, id, off, fanout, seed, s)
+        })
+    }
+}
+
+/// Large GPU-only runs (2^24 rows): uniform and skewed keys, each operation once.
+#[cfg(feature = "cuda")]
+mod large {
+    use super::*;
+    use joinkit_cuda::CudaBackend;
+
+    const N: usize = 1 << 24;
+
+    /// Power-law keys: key = hash(i) >> (hash(i) % 32 extra bits), so small keys repeat a lot.
+    fn skewed(n: usize) -> Vec<u32> {
+        (0..n as u64)
+            .map(|i| {
+                let h = hash::hash64(i, 11);
+                ((h as u32) >> ((h >> 32) % 32)) as u32
+            })
+            .collect()
+    }
+
+    fn uniform<K: Key>(n: usize) -> Vec<K> {
+        (0..n as u64)
+            .map(|i| K::from_u64(hash::hash64(i, 5)))
+            .collect()
+    }
+
+    fn gpu_host<K: Key>(g: &CudaBackend, p: &Partitioned<CudaBackend, K>) -> Host<K> {
+        host(g, p)
+    }
+
+    fn partition_all<K: Key>(
+        g: &CudaBackend,
+        k: &[K],
+        op: impl Fn(&CudaBackend, &joinkit_cuda::DeviceBuffer<K>, &[Column<CudaBackend>]) -> Host<K>,
+    ) -> (Host<K>, Vec<u32>, Vec<i64>) {
+        let (pa, pb) = payloads(k.len());
+        let dk = g.upload(k).unwrap();
+        (op(g, &dk, &payload_cols(g, &pa, &pb)), pa, pb)
+    }
+
+    #[test]
+    fn radix_large_equals_cpu() {
+        let Some(g) = gpu("radix_large_equals_cpu") else {
+            return;
+        };
+        for (keys, bits) in [
+            (uniform::<u32>(N), 0..8),
+            (skewed(N), 0..8),
+            (uniform::<u32>(N), 4..20),
+        ] {
+            let (dev, pa, pb) = partition_all(&g, &keys, |g, dk, cols| {
+                gpu_host(
+                    g,
+                    &g.radix_partition(dk, cols, bits.clone(), RowIds::U32)
+                        .unwrap(),
+                )
+            });
+            let cpu = CpuBackend::new();
+            let want = host(
+                &cpu,
+                &cpu.radix_partition(
+                    &keys,
+                    &payload_cols(&cpu, &pa, &pb),
+                    bits.clone(),
+                    RowIds::U32,
+                )
+                .unwrap(),
+            );
+            assert!(
+                dev == want,
+                "radix {bits:?} on 2^24 keys differs from the CPU twin"
+            );
+        }
+        let keys = uniform::<u64>(N);
+        let (dev, pa, pb) = partition_all(&g, &keys, |g, dk, cols| {
+            gpu_host(
+                g,
+                &g.radix_partition(dk, cols, 40..64, RowIds::U64).unwrap(),
+            )
+        });
+        let cpu = CpuBackend::new();
+        let want = host(
+            &cpu,
+            &cpu.radix_partition(&keys, &payload_cols(&cpu, &pa, &pb), 40..64, RowIds::U64)
+                .unwrap(),
+        );
+        assert!(
+            dev == want,
+            "radix 40..64 on 2^24 u64 keys differs from the CPU twin"
+        );
+    }
+
+    #[test]
+    fn hash_large_is_a_partition() {
+        let Some(g) = gpu("hash_large_is_a_partition") else {
+            return;
+        };
+        for (keys, fanout) in [
+            (uniform::<u32>(N), 1024usize),
+            (skewed(N), 1000),
+            (skewed(N), 256),
+        ] {
+            let (dev, pa, pb) = partition_all(&g, &keys, |g, dk, cols| {
+                gpu_host(
+                    g,
+                    &g.hash_partition(dk, cols, fanout, 17, RowIds::U32).unwrap(),
+                )
+            });
+            let part_of = |x: u32| hash_partition_of(x, 17, fanout as u32);
+            check_partition(&keys, &pa, &pb, fanout, part_of, &dev, false).unwrap();
+        }
+    }
+
+    #[test]
+    fn bucket_chain_large_is_a_partition() {
+        let Some(g) = gpu("bucket_chain_large_is_a_partition") else {
+            return;
+        };
+        let cases = [
+            (uniform::<u32>(N), Partitioner::Radix(0..8), 4096usize),
+            (
+                skewed(N),
+                Partitioner::Hash {
+                    fanout: 1000,
+                    seed: 3,
+                },
+                2048,
+            ),
+            (vec![42u32; N], Partitioner::Radix(0..10), 1000),
+        ];
+        for (keys, by, cap) in cases {
+            let (dev, pa, pb) = partition_all(&g, &keys, |g, dk, cols| {
+                let chains = g
+                    .bucket_chain_partition(dk, cols, &by, cap, RowIds::U32)
+                    .unwrap();
+                flat_host(chains.flatten(g).unwrap())
+            });
+            let fanout = by.fanout::<u32>().unwrap();
+            check_partition(&keys, &pa, &pb, fanout, |x| by.partition_of(x), &dev, false).unwrap();
+        }
+    }
+}
