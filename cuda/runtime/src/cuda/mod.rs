@@ -88,6 +88,8 @@ impl MemoryTracker {
 #[derive(Debug)]
 struct Inner {
     ctx: Arc<CudaContext>,
+    /// The device's default stream-ordered memory pool (cudarc allocates from it).
+    pool: MemPool,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
     memory: Arc<MemoryTracker>,
@@ -102,6 +104,51 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
     inner: Arc<Inner>,
+}
+
+/// The device's default memory pool, which stream-ordered allocations come from.
+#[derive(Debug)]
+struct MemPool(cudarc::driver::sys::CUmemoryPool);
+
+// SAFETY: a CUmemoryPool handle is a process-wide driver object usable from any thread.
+unsafe impl Send for MemPool {}
+// SAFETY: as above; the driver synchronizes operations on the pool.
+unsafe impl Sync for MemPool {}
+
+impl MemPool {
+    /// The default pool of `ctx`'s device, set to keep freed memory for reuse. By default the
+    /// pool returns freed memory to the driver at every synchronization, so the next large
+    /// allocation maps fresh pages: for gigabyte buffers that costs milliseconds per call.
+    fn keep_freed_memory(ctx: &CudaContext) -> Result<Self> {
+        use cudarc::driver::sys;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        let mut threshold = u64::MAX;
+        // SAFETY: the context is current (bound by the caller's driver calls); the out pointer
+        // and the attribute value are valid for the calls' duration.
+        unsafe {
+            ctx.bind_to_thread()
+                .map_err(|e| driver_error("binding the context", e))?;
+            sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+                .result()
+                .map_err(|e| driver_error("getting the memory pool", e))?;
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+            .result()
+            .map_err(|e| driver_error("configuring the memory pool", e))?;
+        }
+        Ok(Self(pool))
+    }
+
+    /// Returns the memory the pool keeps unused to the driver.
+    fn trim(&self) -> Result<()> {
+        // SAFETY: the pool handle came from the driver and stays valid for the process.
+        unsafe { cudarc::driver::sys::cuMemPoolTrimTo(self.0, 0) }
+            .result()
+            .map_err(|e| driver_error("trimming the memory pool", e))
+    }
 }
 
 /// Maps a driver error to [`Error`], turning out-of-memory into [`Error::OutOfDeviceMemory`].
@@ -143,9 +190,11 @@ impl CudaBackend {
     pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self> {
         let ctx = stream.context().clone();
         let info = Self::read_info(&ctx)?;
+        let pool = MemPool::keep_freed_memory(&ctx)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 ctx,
+                pool,
                 stream,
                 info,
                 memory: Arc::default(),
@@ -261,29 +310,30 @@ impl CudaBackend {
         }
     }
 
-    /// Allocates a buffer, mapping a failed allocation to [`Error::OutOfDeviceMemory`].
+    /// Allocates a buffer from the stream-ordered pool, mapping a failed allocation to
+    /// [`Error::OutOfDeviceMemory`].
     fn alloc_tracked<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        use cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
         let bytes = Error::bytes_of::<T>(len)?;
-        let (free, total) = self.mem_info()?;
-        if bytes > free {
-            return Err(Error::OutOfDeviceMemory {
+        // SAFETY: the contents are unspecified by the contract of `alloc`; callers write them.
+        // At least one element is allocated so a zero-length buffer still has a valid pointer.
+        let attempt = || unsafe { self.inner.stream.alloc::<T>(len.max(1)) };
+        let slice = match attempt() {
+            Err(e) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => {
+                // Memory the pool keeps for reuse is not free to other pools: hand it back to
+                // the driver once queued work is done, and try again before giving up.
+                self.synchronize()?;
+                self.inner.pool.trim()?;
+                attempt()
+            }
+            r => r,
+        };
+        let slice = slice.map_err(|e| match self.mem_info() {
+            Ok((free, total)) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfDeviceMemory {
                 requested: bytes,
                 free,
                 total,
-            });
-        }
-        // SAFETY: the contents are unspecified by the contract of `alloc`; callers write them.
-        // At least one element is allocated so a zero-length buffer still has a valid pointer.
-        let slice = unsafe { self.inner.stream.alloc::<T>(len.max(1)) }.map_err(|e| match self
-            .mem_info()
-        {
-            Ok((free, total)) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                Error::OutOfDeviceMemory {
-                    requested: bytes,
-                    free,
-                    total,
-                }
-            }
+            },
             _ => driver_error("allocating device memory", e),
         })?;
         Ok(DeviceBuffer::new(slice, len, self.inner.memory.clone()))
