@@ -1,7 +1,8 @@
 //! `joinkit-bench gather`: gather throughput over sizes, value widths and map shapes, as
 //! elements/s, GB/s (map + values read + output written) and the fraction of the measured copy
-//! bandwidth. On CUDA the kernel's clustered (shared-memory) path is also compared with the
-//! direct path.
+//! bandwidth. The main table times `Gather::gather_into` into a preallocated output with
+//! `Bounds::Trust` (no allocation, no status read-back: the kernel); on CUDA a view-level row per
+//! map shape and width at the largest size follows (the number the results quote).
 
 use clap::Args;
 use joinkit_cuda::{Buffer, Device, DeviceKind, Element, Error, Key, Result, hash, with_backend};
@@ -38,7 +39,7 @@ pub(crate) fn run(device: &Device, args: &GatherArgs) -> Result<()> {
     with_backend!(device, b => sweep(b, args))?;
     #[cfg(feature = "cuda")]
     if let Device::Cuda(g) = device {
-        gpu_paths(g, args)?;
+        gpu_view_level(g, args)?;
     }
     Ok(())
 }
@@ -103,6 +104,10 @@ fn sweep<B: Gather + Sort>(b: &B, args: &GatherArgs) -> Result<()> {
     let (copy_gbps, _) = copy_bandwidth(b, largest.max(1 << 20), args.repeat)?;
     println!("copy bandwidth {copy_gbps:.1} GB/s (read + write, {largest} x u32)");
     println!(
+        "gather_into, preallocated output, Bounds::Trust (map valid by construction; checked \
+         outside the timed loop):"
+    );
+    println!(
         "{:<8} {:>5} {:>5} {:>10} {:>10} {:>11} {:>9} {:>7}",
         "map", "value", "index", "n", "median ms", "G elem/s", "GB/s", "of copy"
     );
@@ -132,7 +137,8 @@ fn sweep<B: Gather + Sort>(b: &B, args: &GatherArgs) -> Result<()> {
     Ok(())
 }
 
-/// Median milliseconds and bytes moved of one gather configuration.
+/// Median milliseconds and bytes moved of one gather configuration; the output is checked
+/// against the CPU after the timed runs.
 fn one<B: Gather + Sort, T: Element, I: Key>(
     b: &B,
     kind: &str,
@@ -146,48 +152,91 @@ fn one<B: Gather + Sort, T: Element, I: Key>(
     let t = time(b, 2, repeat, || {
         b.gather_into(&src, &map, &mut out, Bounds::Trust)
     })?;
+    verify(b, &src, &map, &out)?;
     let bytes = n as f64 * (2 * std::mem::size_of::<T>() + std::mem::size_of::<I>()) as f64;
     Ok((t.median_ms, bytes))
 }
 
-/// The kernel's two paths on the device (view level, reused bounds check): the automatic
-/// clustered path against the direct one, largest size only.
+/// `out == src[map]`, on the host (outside any timed loop).
+fn verify<B: Gather, T: Element, I: Key>(
+    b: &B,
+    src: &B::Buf<T>,
+    map: &B::Buf<I>,
+    out: &B::Buf<T>,
+) -> Result<()> {
+    let (src, map, out) = (b.download(src)?, b.download(map)?, b.download(out)?);
+    let ok = map.len() == out.len()
+        && map
+            .iter()
+            .zip(&out)
+            .all(|(i, o)| src.get(i.to_u64() as usize) == Some(o));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Corrupt(
+            "gather benchmark output differs from src[map]".into(),
+        ))
+    }
+}
+
+/// The view-level entry point on the device (reused bounds check, read once at the end): one
+/// row per map shape, value width and index width at the largest size.
 #[cfg(feature = "cuda")]
-fn gpu_paths(g: &joinkit_cuda::CudaBackend, args: &GatherArgs) -> Result<()> {
-    use joinkit_cuda::Backend;
-    use joinkit_primitives::cuda::{BoundsCheck, GatherPath, gather_columns};
+fn gpu_view_level(g: &joinkit_cuda::CudaBackend, args: &GatherArgs) -> Result<()> {
     let n = *sizes(args, true)
         .iter()
         .max()
         .ok_or(Error::EmptyInput("no sizes"))?;
-    println!("kernel paths at n = {n}, 4-byte values and indices (view level):");
-    let mut src = g.alloc::<u32>(n)?;
-    g.fill_random(&mut src, 1, u64::MAX)?;
-    let mut out = g.alloc::<u32>(n)?;
-    let mut check = BoundsCheck::new(g)?;
-    for kind in &args.maps {
-        let map = make_map::<_, u32>(g, kind, n)?;
-        for path in [GatherPath::Auto, GatherPath::Direct] {
-            let t = time(g, 2, args.repeat, || {
-                let mut ov = out.view_mut();
-                gather_columns(
-                    g,
-                    &[src.view()],
-                    &map.view(),
-                    std::slice::from_mut(&mut ov),
-                    path,
-                    &mut check,
-                )
-            })?;
-            let gbps = n as f64 * 12.0 / (t.median_ms * 1e-3) / 1e9;
-            println!(
-                "  {kind:<8} {path:?}: {:.3} ms, {gbps:.1} GB/s",
-                t.median_ms
-            );
+    println!("view level (cuda::gather_columns, one column, reused BoundsCheck) at n = {n}:");
+    for &w in &args.widths {
+        for &iw in &args.map_widths {
+            for kind in &args.maps {
+                let ms = match (w, iw) {
+                    (4, 4) => view_level::<u32, u32>(g, kind, n, args.repeat)?,
+                    (4, 8) => view_level::<u32, u64>(g, kind, n, args.repeat)?,
+                    (8, 4) => view_level::<u64, u32>(g, kind, n, args.repeat)?,
+                    (8, 8) => view_level::<u64, u64>(g, kind, n, args.repeat)?,
+                    _ => return Err(Error::InvalidArgument("widths are 4 or 8 bytes".into())),
+                };
+                let bytes = n as f64 * f64::from(2 * w + iw);
+                println!(
+                    "  {kind:<8} {w}B values, {iw}B indices: {ms:.3} ms, {:.1} GB/s",
+                    bytes / (ms * 1e-3) / 1e9
+                );
+            }
         }
     }
+    Ok(())
+}
+
+/// Median milliseconds of the view-level gather of one configuration.
+#[cfg(feature = "cuda")]
+fn view_level<T: Element, I: Key>(
+    g: &joinkit_cuda::CudaBackend,
+    kind: &str,
+    n: usize,
+    repeat: usize,
+) -> Result<f64> {
+    use joinkit_cuda::Backend;
+    use joinkit_primitives::cuda::{BoundsCheck, gather_columns};
+    let mut src = g.alloc::<T>(n)?;
+    g.fill_random(&mut src, 1, u64::MAX)?;
+    let map = make_map::<_, I>(g, kind, n)?;
+    let mut out = g.alloc::<T>(n)?;
+    let mut check = BoundsCheck::new(g)?;
+    let t = time(g, 2, repeat, || {
+        let mut ov = out.view_mut();
+        gather_columns(
+            g,
+            &[src.view()],
+            &map.view(),
+            std::slice::from_mut(&mut ov),
+            &mut check,
+        )
+    })?;
     if check.take(g)?.is_some() {
         return Err(Error::InvalidArgument("benchmark map out of range".into()));
     }
-    Ok(())
+    verify(g, &src, &map, &out)?;
+    Ok(t.median_ms)
 }

@@ -48,8 +48,10 @@ __device__ __forceinline__ void store4(uint64_t* p, const uint64_t* v) {
 }
 
 // Records `position` as a bad input position: the status word keeps the smallest one, so
-// both backends report the first bad element.
+// both backends report the first bad element. A null status (trusted input, nothing to report)
+// records nothing.
 __device__ __forceinline__ void record_bad(uint64_t* status, uint64_t position) {
+  if (status == nullptr) return;
   atomicMin(reinterpret_cast<unsigned long long*>(status), static_cast<unsigned long long>(position));
 }
 

@@ -33,10 +33,6 @@ pub const TILE: usize = 2048;
 /// Columns one multi-column launch handles (`jkp::kMaxCols`); more columns take more launches,
 /// each reading the map or flags again.
 pub const MAX_COLUMNS: usize = 8;
-/// Shared-memory window of the clustered gather path, in elements: a tile whose indices span
-/// fewer than this many source elements (twice the tile, so at least half the staged elements
-/// are used) is staged through shared memory.
-pub const GATHER_WINDOW: usize = 2 * TILE;
 
 /// Column addresses passed to a kernel by value (mirrors `jkp::ColumnPtrs`).
 #[repr(C)]
@@ -68,23 +64,18 @@ fn typed1(names: [&'static str; 2], a: u32) -> &'static str {
 }
 
 /// A persistent-block launch for `tiles` tiles: as many blocks as the device keeps resident
-/// (SM count times the kernel's occupancy at `smem` bytes of dynamic shared memory), no more
-/// than there are tiles.
-fn tiled_config(
-    backend: &CudaBackend,
-    f: &CudaFunction,
-    tiles: u64,
-    smem: u32,
-) -> Result<LaunchConfig> {
+/// (SM count times the kernel's occupancy; the tiled kernels use no dynamic shared memory), no
+/// more than there are tiles.
+fn tiled_config(backend: &CudaBackend, f: &CudaFunction, tiles: u64) -> Result<LaunchConfig> {
     let per_sm = f
-        .occupancy_max_active_blocks_per_multiprocessor(BLOCK, smem as usize, None)
+        .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
         .map_err(launch_error("reading kernel occupancy"))?
         .max(1);
     let resident = u64::from(backend.info().sm_count.max(1)) * u64::from(per_sm);
     Ok(LaunchConfig {
         grid_dim: (resident.min(tiles).max(1) as u32, 1, 1),
         block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: smem,
+        shared_mem_bytes: 0,
     })
 }
 
@@ -118,7 +109,8 @@ pub(crate) fn read_at<T: Element>(
 /// compare per element in the kernels, which never touch memory outside their views anyway.
 #[derive(Debug)]
 pub struct BoundsCheck {
-    word: DeviceBuffer<u64>,
+    /// `None`: nothing is recorded (trusted input; the kernels get a null status pointer).
+    word: Option<DeviceBuffer<u64>>,
 }
 
 impl BoundsCheck {
@@ -129,11 +121,17 @@ impl BoundsCheck {
     pub fn new(backend: &CudaBackend) -> Result<Self> {
         let mut word = backend.alloc::<u64>(1)?;
         backend.fill(&mut word, u64::MAX)?;
-        Ok(Self { word })
+        Ok(Self { word: Some(word) })
+    }
+
+    /// A check that records nothing and allocates nothing (for trusted input: the kernels still
+    /// never touch memory outside their views, but nobody learns of bad entries).
+    pub(crate) fn disabled() -> Self {
+        Self { word: None }
     }
 
     fn ptr(&self) -> u64 {
-        self.word.device_ptr()
+        self.word.as_ref().map_or(0, DeviceBuffer::device_ptr)
     }
 
     /// The first bad input position recorded since creation or the last `take`, and clears
@@ -142,11 +140,14 @@ impl BoundsCheck {
     /// # Errors
     /// Driver errors (including ones from earlier asynchronous launches).
     pub fn take(&mut self, backend: &CudaBackend) -> Result<Option<u64>> {
-        let v = backend.download(&self.word)?[0];
+        let Some(word) = self.word.as_mut() else {
+            return Ok(None);
+        };
+        let v = backend.download(word)?[0];
         if v == u64::MAX {
             return Ok(None);
         }
-        backend.fill(&mut self.word, u64::MAX)?;
+        backend.fill(word, u64::MAX)?;
         Ok(Some(v))
     }
 
@@ -170,21 +171,11 @@ impl BoundsCheck {
     }
 }
 
-/// Which gather kernel path a launch may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GatherPath {
-    /// Per tile: stage the source through shared memory when the tile's indices are clustered
-    /// (span < [`GATHER_WINDOW`]), else gather from global memory. Always correct.
-    #[default]
-    Auto,
-    /// Always gather from global memory (for measurements).
-    Direct,
-}
-
 /// `outs[c][i] = srcs[c][map[i]]` for every column `c`, reading each map element once per
 /// [`MAX_COLUMNS`] columns: 16-byte map loads and output stores where the addresses allow,
-/// eight independent loads in flight per thread, and per tile the clustered shared-memory path
-/// (see [`GatherPath`]). Out-of-range map entries are recorded in `check` and get 0.
+/// eight independent loads in flight per thread. Clustered maps (i/2, sorted row ids, small
+/// shuffles) take the same kernel: their source lines hit L2, so no flag and no staging is
+/// needed. Out-of-range map entries are recorded in `check` and get 0.
 ///
 /// # Errors
 /// [`Error::LengthMismatch`] when the columns differ in length, when there are not as many
@@ -194,7 +185,6 @@ pub fn gather_columns<T: Element, I: Key>(
     srcs: &[CudaView<'_, T>],
     map: &CudaView<'_, I>,
     outs: &mut [CudaViewMut<'_, T>],
-    path: GatherPath,
     check: &mut BoundsCheck,
 ) -> Result<()> {
     Error::check_len("gather columns vs outputs", srcs.len(), outs.len())?;
@@ -221,12 +211,7 @@ pub fn gather_columns<T: Element, I: Key>(
             I::BITS,
         ),
     )?;
-    let window = match path {
-        GatherPath::Auto => GATHER_WINDOW as u64,
-        GatherPath::Direct => 0,
-    };
-    let smem = (window as usize * std::mem::size_of::<T>()) as u32;
-    let cfg = tiled_config(backend, &f, tiles_of(map.len()), smem)?;
+    let cfg = tiled_config(backend, &f, tiles_of(map.len()))?;
     let map_ptr = ptr(backend, map);
     let (n, src_len, status) = (map.len() as u64, src_len as u64, check.ptr());
     // Zero columns still run once: the launch checks the map.
@@ -249,18 +234,17 @@ pub fn gather_columns<T: Element, I: Key>(
             .arg(&map_ptr)
             .arg(&n)
             .arg(&vector)
-            .arg(&window)
             .arg(&status);
         // SAFETY: the kernel reads n map entries, src_len elements of each of the ncols source
         // columns (only at indices it has checked against src_len) and writes n elements of each
-        // output; all lengths were checked above. `smem` bytes of dynamic shared memory hold
-        // the window of `window` elements of T.
+        // output; all lengths were checked above. `status` is the check's live status word or
+        // null (the kernel then records nothing).
         unsafe { b.launch(cfg) }.map_err(launch_error("launching gather"))?;
     }
     Ok(())
 }
 
-/// `out[i] = src[map[i]]` (one column of [`gather_columns`], [`GatherPath::Auto`]).
+/// `out[i] = src[map[i]]` (one column of [`gather_columns`]).
 ///
 /// # Errors
 /// As [`gather_columns`].
@@ -276,7 +260,6 @@ pub fn gather<T: Element, I: Key>(
         std::slice::from_ref(src),
         map,
         std::slice::from_mut(out),
-        GatherPath::Auto,
         check,
     )
 }
@@ -311,7 +294,7 @@ pub fn scatter<T: Element, I: Key>(
             I::BITS,
         ),
     )?;
-    let cfg = tiled_config(backend, &f, tiles_of(map.len()), 0)?;
+    let cfg = tiled_config(backend, &f, tiles_of(map.len()))?;
     let (sp, mp, op) = (ptr(backend, src), ptr(backend, map), ptr_mut(backend, out));
     let (n, out_len, status) = (map.len() as u64, out.len() as u64, check.ptr());
     let vector = aligned(&[sp, mp]);
@@ -355,7 +338,7 @@ pub fn compaction_offsets(
         tile_offsets.len(),
     )?;
     let f = backend.function(&KERNELS, "flag_counts_u32")?;
-    let cfg = tiled_config(backend, &f, tiles_of(n), 0)?;
+    let cfg = tiled_config(backend, &f, tiles_of(n))?;
     let (fp, op) = (ptr(backend, flags), ptr_mut(backend, tile_offsets));
     let (n64, vector) = (n as u64, aligned(&[ptr(backend, flags)]));
     let mut b = backend.stream().launch_builder(&f);
@@ -394,7 +377,7 @@ pub fn compact_columns<T: Element>(
         return Ok(());
     }
     let f = backend.function(&KERNELS, typed1(["compact_u32", "compact_u64"], T::BITS))?;
-    let cfg = tiled_config(backend, &f, tiles_of(n), 0)?;
+    let cfg = tiled_config(backend, &f, tiles_of(n))?;
     let (fp, offp, status) = (ptr(backend, flags), ptr(backend, tile_offsets), check.ptr());
     let n64 = n as u64;
     for g in 0..srcs.len().div_ceil(MAX_COLUMNS) {
@@ -453,7 +436,7 @@ pub fn flagged_indices<I: Key>(
         &KERNELS,
         typed1(["flagged_ids_u32", "flagged_ids_u64"], I::BITS),
     )?;
-    let cfg = tiled_config(backend, &f, tiles_of(n), 0)?;
+    let cfg = tiled_config(backend, &f, tiles_of(n))?;
     let (fp, offp, op) = (
         ptr(backend, flags),
         ptr(backend, tile_offsets),
@@ -641,7 +624,7 @@ pub fn expand_ranges<I: Key>(
     unsafe { b.launch(backend.grid_stride_config(rows_len, BLOCK)) }
         .map_err(launch_error("launching expand partition"))?;
     let f = backend.function(&KERNELS, typed1(["expand_u32", "expand_u64"], I::BITS))?;
-    let cfg = tiled_config(backend, &f, tiles, 0)?;
+    let cfg = tiled_config(backend, &f, tiles)?;
     let (lp, ap, bp) = (
         ptr(backend, lower),
         ptr_mut(backend, a_out),

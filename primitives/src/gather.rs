@@ -17,8 +17,8 @@ pub enum Bounds {
     /// microseconds; the main cost for small inputs, noise at millions of rows).
     #[default]
     Check,
-    /// The caller vouches for the map: CUDA does not read the status back (no synchronization)
-    /// and rows with bad indices get unspecified values. The CPU twin checks anyway (it costs
+    /// The caller vouches for the map: CUDA allocates no status word and reads nothing back (no
+    /// synchronization) and rows with bad indices get unspecified values. The CPU twin checks anyway (it costs
     /// it nothing), so it still returns the error.
     Trust,
 }
@@ -163,6 +163,19 @@ impl Gather for CpuBackend {
     }
 }
 
+/// The status word of one trait-level call: a fresh one when the caller asked for checking,
+/// none (no allocation, no fill) when it trusts the map.
+#[cfg(feature = "cuda")]
+fn bounds_check(
+    backend: &joinkit_cuda::CudaBackend,
+    bounds: Bounds,
+) -> Result<crate::cuda::BoundsCheck> {
+    match bounds {
+        Bounds::Check => crate::cuda::BoundsCheck::new(backend),
+        Bounds::Trust => Ok(crate::cuda::BoundsCheck::disabled()),
+    }
+}
+
 #[cfg(feature = "cuda")]
 impl Gather for joinkit_cuda::CudaBackend {
     fn gather_into<T: Element, I: Key>(
@@ -182,18 +195,11 @@ impl Gather for joinkit_cuda::CudaBackend {
         outs: &mut [&mut Self::Buf<T>],
         bounds: Bounds,
     ) -> Result<()> {
-        let mut check = crate::cuda::BoundsCheck::new(self)?;
+        let mut check = bounds_check(self, bounds)?;
         let views: Vec<_> = srcs.iter().map(|s| s.view()).collect();
         let mut out_views: Vec<_> = outs.iter_mut().map(|o| o.view_mut()).collect();
         let mv = map.view();
-        crate::cuda::gather_columns(
-            self,
-            &views,
-            &mv,
-            &mut out_views,
-            crate::cuda::GatherPath::Auto,
-            &mut check,
-        )?;
+        crate::cuda::gather_columns(self, &views, &mv, &mut out_views, &mut check)?;
         if bounds == Bounds::Check {
             let len = views.first().map_or(0, |v| v.len());
             check.take_index_error(self, "gather map", &mv, len)?;
@@ -208,7 +214,7 @@ impl Gather for joinkit_cuda::CudaBackend {
         out: &mut Self::Buf<T>,
         bounds: Bounds,
     ) -> Result<()> {
-        let mut check = crate::cuda::BoundsCheck::new(self)?;
+        let mut check = bounds_check(self, bounds)?;
         let mv = map.view();
         crate::cuda::scatter(self, &src.view(), &mv, &mut out.view_mut(), &mut check)?;
         if bounds == Bounds::Check {

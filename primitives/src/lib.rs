@@ -8,7 +8,7 @@
 //! | stable radix sort of pairs / keys by a bit range (CPU: parallel LSD radix, 8-bit digits) | [`Sort`] | CUB `DeviceRadixSort` |
 //! | exclusive prefix sum (offsets from counts) | [`Scan`] | CUB `DeviceScan` |
 //! | even-width histogram | [`Histogram`] | CUB `DeviceHistogram` |
-//! | gather of one or many columns by a `u32`/`u64` map, scatter; checked bounds | [`Gather`] | `kernels/gather.cu`: 16-byte map/output vectors, clustered tiles staged through shared memory |
+//! | gather of one or many columns by a `u32`/`u64` map, scatter; checked bounds | [`Gather`] | `kernels/gather.cu`: 16-byte map/output vectors, eight loads in flight per thread; clustered maps take the same kernel (they hit L2: no flag, no staging) |
 //! | stable compaction of columns by flags, row ids of set flags | [`Compact`] | `kernels/select.cu` (+ CUB scan); byte flags: CUB `DeviceSelect` in `cuda::select_flagged_u8` |
 //! | lower/upper bounds in a sorted column, M:N range expansion into pairs | [`MergePath`] | `kernels/merge.cu`: binary search + gallop; expansion balanced over the output |
 //! | row ids (iota) | `Backend::iota` | `joinkit-cuda` runtime kernel |
