@@ -75,11 +75,12 @@ fn chunk_config(
             info.max_shared_per_block_optin
         )));
     }
-    // Always raise the kernel's dynamic shared-memory limit to what this launch asks: the
-    // default (48 KiB less the kernel's static shared memory) is smaller than it looks.
+    // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
+    // launch's need: the limit belongs to the kernel, which threads launching other chunk sizes
+    // share, and a smaller value set by one would make another's launch fail.
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        smem as i32,
+        (info.max_shared_per_block_optin as usize - STATIC_SHARED) as i32,
     )
     .map_err(driver("allowing dynamic shared memory"))?;
     let per_sm = f
