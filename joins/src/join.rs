@@ -6,7 +6,7 @@ use joinkit_hashtable::{HashTables, TableConfig, TableKind};
 use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
 
 use crate::flags::MatchFlags;
-use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW, choose_algorithm};
+use crate::{AUTO_CHOICE, Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
 
 /// Everything a backend needs to run every join algorithm.
 pub trait JoinBackend: Sort + Gather + MergePath + Compact + HashTables + MatchFlags {}
@@ -104,9 +104,9 @@ fn check_rows(n: usize) -> Result<()> {
     Ok(())
 }
 
-fn resolve(opts: &JoinOptions, left_rows: usize, right_rows: usize, payloads: usize) -> Algorithm {
+fn resolve(opts: &JoinOptions) -> Algorithm {
     match opts.algorithm {
-        Algorithm::Auto => choose_algorithm(left_rows, right_rows, payloads, opts),
+        Algorithm::Auto => AUTO_CHOICE,
         a => a,
     }
 }
@@ -286,7 +286,7 @@ pub fn join_rows<B: JoinBackend, K: Key>(
     opts: &JoinOptions,
 ) -> Result<(RowPairs<B>, JoinStats)> {
     b.reset_peak_memory();
-    let algorithm = resolve(opts, left.len(), right.len(), 0);
+    let algorithm = resolve(opts);
     let mut ph = Phases {
         backend: b,
         phases: Vec::new(),
@@ -357,8 +357,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     opts: &JoinOptions,
 ) -> Result<(Materialized<B>, JoinStats)> {
     b.reset_peak_memory();
-    let payloads = left.payloads.len() + right.payloads.len();
-    let algorithm = resolve(opts, left.len(), right.len(), payloads);
+    let algorithm = resolve(opts);
     let mut ph = Phases {
         backend: b,
         phases: Vec::new(),

@@ -47,7 +47,7 @@ pub enum Algorithm {
     NphjOpen,
     /// Non-partitioned hash join on the lock-free chained table (Thostrup et al.).
     NphjChained,
-    /// Choose from the inputs' statistics (see [`crate::choose_algorithm`]).
+    /// Choose for the caller (see [`crate::AUTO_CHOICE`]).
     Auto,
 }
 
