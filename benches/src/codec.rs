@@ -41,6 +41,10 @@ pub(crate) struct CodecArgs {
     /// Skip checking every decode against the input.
     #[arg(long)]
     no_check: bool,
+    /// Instead of the synthetic columns: TPC-H's l_orderkey, o_orderkey, o_orderpriority and
+    /// l_partkey at this scale factor (from tpchgen), each with the selector's scheme.
+    #[arg(long)]
+    tpch: Option<f64>,
 }
 
 pub(crate) fn run(device: &Device, args: &CodecArgs) -> Result<()> {
@@ -147,7 +151,7 @@ fn report(label: &str, scheme: &str, m: &Measured, values: usize, copy_gbps: f64
         gbps(raw + enc, &m.decode) / copy_gbps,
     );
     println!(
-        "{label:<10} {scheme:<20} {:>8.2}x  encode {:8.3} ms {e:8.1} GB/s ({ef:4.2} of copy)  decode {:8.3} ms {d:8.1} GB/s ({df:4.2} of copy)",
+        "{label:<16} {scheme:<20} {:>8.2}x  encode {:8.3} ms {e:8.1} GB/s ({ef:4.2} of copy)  decode {:8.3} ms {d:8.1} GB/s ({df:4.2} of copy)",
         m.ratio, m.encode.median_ms, m.decode.median_ms
     );
 }
@@ -172,10 +176,6 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
     };
     println!("device: {}", b.describe());
     let (copy_gbps, _) = copy_bandwidth(b, n.max(1 << 20), repeat)?;
-    println!(
-        "copy bandwidth {copy_gbps:.1} GB/s (read + write); {n} u64 values per column, chunks of {}",
-        opts.chunk_values
-    );
     let set = Settings {
         opts,
         repeat,
@@ -185,6 +185,13 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
         options: opts,
         ..SelectorConfig::default()
     };
+    if let Some(sf) = args.tpch {
+        return tpch(b, sf, &set, &selector, copy_gbps);
+    }
+    println!(
+        "copy bandwidth {copy_gbps:.1} GB/s (read + write); {n} u64 values per column, chunks of {}",
+        opts.chunk_values
+    );
     let whole = [0, n];
     let mut orderkey_input: Option<(B::Buf<u64>, Vec<u64>, Scheme)> = None;
     for name in args.columns.split(',').map(str::trim) {
@@ -250,5 +257,34 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
         many.encode.median_ms / one.encode.median_ms,
         many.decode.median_ms / one.decode.median_ms
     );
+    Ok(())
+}
+
+/// The selector's scheme, ratio and speed on TPC-H key columns at scale factor `sf`.
+fn tpch<B: Codec>(
+    b: &B,
+    sf: f64,
+    set: &Settings,
+    selector: &SelectorConfig,
+    copy_gbps: f64,
+) -> Result<()> {
+    use joinkit_datagen::tpch::{Column, column};
+    for c in [
+        Column::LOrderkey,
+        Column::OOrderkey,
+        Column::OOrderpriority,
+        Column::LPartkey,
+    ] {
+        let host = column(c, sf);
+        if host.is_empty() {
+            return Err(Error::EmptyInput("TPC-H column at this scale factor"));
+        }
+        let input = b.upload(&host)?;
+        let sel = b.select_scheme(&input, selector)?;
+        let m = measure(b, &input, &host, &[0, host.len()], &sel.scheme, set)?;
+        let label = format!("SF{sf} {}", c.name());
+        report(&label, &sel.scheme.to_string(), &m, host.len(), copy_gbps);
+        println!("{label} ({} values): selector chose {sel}", host.len());
+    }
     Ok(())
 }
