@@ -140,24 +140,41 @@ fn hash_match<B: JoinBackend, K: Key>(
             return Err(Error::DuplicateKey { side: "right" });
         }
     }
-    ph.run("match", || {
-        let pairs = match opts.kind {
-            JoinKind::Inner | JoinKind::LeftOuter => Some(b.probe_pairs(&table, left)?),
-            _ => None,
-        };
-        let left_only = match opts.kind {
-            JoinKind::Inner => None,
-            JoinKind::LeftSemi => Some(b.flagged_indices::<u32>(&b.contains(&table, left)?)?),
-            JoinKind::LeftAnti | JoinKind::LeftOuter => {
-                let found = b.contains(&table, left)?;
-                Some(b.flagged_indices::<u32>(&b.count_flags(&found, false)?)?)
-            }
-        };
-        Ok(Matched {
-            pairs,
-            left_only,
-            sorted: None,
-        })
+    ph.run("match", || match opts.kind {
+        JoinKind::Inner | JoinKind::LeftOuter => {
+            // Count, allocate, retrieve; a left outer join takes its unmatched rows from the
+            // same counts instead of probing a second time.
+            let matches = b.probe_count(&table, left)?;
+            let total = usize::try_from(matches.total())
+                .map_err(|_| Error::SizeOverflow("join output rows"))?;
+            let (mut lp, mut rp) = (b.alloc::<u32>(total)?, b.alloc::<u32>(total)?);
+            b.probe_retrieve(&table, left, &matches, &mut lp, &mut rp)?;
+            let left_only = match opts.kind {
+                JoinKind::LeftOuter => {
+                    let unmatched = b.count_flags(matches.counts(), false)?;
+                    Some(b.flagged_indices::<u32>(&unmatched)?)
+                }
+                _ => None,
+            };
+            Ok(Matched {
+                pairs: Some((lp, rp)),
+                left_only,
+                sorted: None,
+            })
+        }
+        JoinKind::LeftSemi | JoinKind::LeftAnti => {
+            let found = b.contains(&table, left)?;
+            let keep = if opts.kind == JoinKind::LeftSemi {
+                found
+            } else {
+                b.count_flags(&found, false)?
+            };
+            Ok(Matched {
+                pairs: None,
+                left_only: Some(b.flagged_indices::<u32>(&keep)?),
+                sorted: None,
+            })
+        }
     })
 }
 
