@@ -3,16 +3,19 @@
 // bucket-chain partition with a global bucket pool.
 //
 // Shape shared with src/cuda.rs (keep the two in step):
-// - blocks of kThreads = 256 threads; a tile is kThreads * kItems elements (4096 for the 256-digit
-//   kernels, 2048 for the 1024-digit ones);
-// - the grid is `chunks` blocks; block c owns tiles [c * chunk_tiles, (c + 1) * chunk_tiles);
+// - blocks of kThreads = 256 threads; a tile is kThreads * ITEMS elements;
+// - the grid is `chunks` blocks; block c owns rows [c * chunk_rows, (c + 1) * chunk_rows), a
+//   whole number of tiles of every tile size in use;
 // - counts[d * chunks + c] is the number of elements of chunk c in partition d (digit-major, so
 //   a per-row scan gives each chunk its place inside the partition).
 //
-// Within a tile, elements are ranked stably by digit in shared memory: each warp ranks its
-// 32 * kItems consecutive elements with __match_any_sync (one counter update per distinct digit
-// and item), warps are then combined per digit, and the tile is staged in shared memory in
-// digit order, so consecutive threads write consecutive addresses of one partition's run.
+// The scatter (`sweep`) keeps the memory system busy while it ranks: the next tile's keys and
+// columns are copied into shared memory with cp.async while the current tile is ranked and
+// written. Within a tile, elements are ranked stably by digit: each warp ranks its 32 * ITEMS
+// consecutive elements with __match_any_sync (one counter update per distinct digit and item),
+// warps are then combined per digit; the ranking becomes a map from each sorted position to its
+// tile element, so consecutive threads write consecutive addresses of one partition's run,
+// reading every column straight from the prefetched tile.
 #include <stdint.h>
 
 #include "joinkit/device.cuh"
@@ -88,32 +91,54 @@ struct TileSmem {
   uint64_t scan[kWarpSize + 1];
 };
 
-// Ranks the tile whose digits are in `slot` (kInvalid past the end). On return slot[j] holds
-// (digit << 16) | pos, pos being the element's place in the tile sorted stably by digit (still
-// kInvalid past the end); s.start holds the start of each digit's run and total[k] the count of
-// the k-th digit this thread owns. Element j of lane l of warp w is tile element
-// w * 32 * kItems + j * 32 + l, so (w, j, l) order is input order and the ranking is stable.
+// Position of item j of this thread inside a tile of kThreads * ITEMS elements (warp-striped:
+// coalesced per warp, and (warp, j, lane) order is tile order).
+template <int ITEMS>
+__device__ __forceinline__ uint32_t item_index(int j) {
+  return joinkit::warp_id() * kWarpSize * ITEMS + j * kWarpSize + joinkit::lane_id();
+}
+
+// The lanes of the warp holding the same digit as this one (valid digits only: lanes past the
+// end, kInvalid, match no one). One ballot per digit bit: plain votes, cheaper than
+// __match_any_sync, which keeps the shared-memory pipe free for the ranking's counters.
 template <int RADIX>
-__device__ __forceinline__ void rank_tile(TileSmem<RADIX>& s,
-                                          uint32_t (&slot)[Shape<RADIX>::kItems],
-                                          uint32_t (&total)[TileSmem<RADIX>::kDpt]) {
-  constexpr int kItems = Shape<RADIX>::kItems;
-  constexpr int kDpt = TileSmem<RADIX>::kDpt;
+__device__ __forceinline__ unsigned match_digit(uint32_t d) {
+  constexpr int kBits = RADIX == 256 ? 8 : 10;
+  unsigned peers = __ballot_sync(kFullMask, d != kInvalid);
+#pragma unroll
+  for (int b = 0; b < kBits; ++b) {
+    const bool bit = (d >> b) & 1u;
+    const unsigned m = __ballot_sync(kFullMask, bit);
+    peers &= bit ? m : ~m;
+  }
+  return peers;
+}
+
+// Ranks a tile whose digits are in `slot` (kInvalid past the end). On return slot[j] holds
+// (digit << 16) | pos, pos being the element's place in the tile sorted stably by digit (still
+// kInvalid past the end); start[d] holds the start of digit d's run and total[k] the count of
+// the k-th digit this thread owns (digits threadIdx.x * kDpt + k). Item j of lane l of warp w
+// is tile element item_index<ITEMS>(j), so the ranking is stable.
+template <int RADIX, int ITEMS>
+__device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX], uint16_t* start,
+                                          uint64_t* scan, uint32_t (&slot)[ITEMS],
+                                          uint32_t (&total)[RADIX / kThreads]) {
+  constexpr int kDpt = RADIX / kThreads;
   const unsigned lane = joinkit::lane_id();
   const unsigned warp = joinkit::warp_id();
-  for (int d = lane; d < RADIX; d += kWarpSize) s.u.warp_count[warp][d] = 0;
+  for (int d = lane; d < RADIX; d += kWarpSize) warp_count[warp][d] = 0;
   __syncwarp();
   const unsigned lt = (1u << lane) - 1u;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < ITEMS; ++j) {
     const uint32_t d = slot[j];
-    const unsigned peers = __match_any_sync(kFullMask, d);
+    const unsigned peers = match_digit<RADIX>(d);
     uint32_t before = 0;
-    if (d != kInvalid) before = s.u.warp_count[warp][d];
+    if (d != kInvalid) before = warp_count[warp][d];
     __syncwarp();
     // The lowest lane of each group of equal digits advances the warp's counter.
     if (d != kInvalid && (peers & lt) == 0)
-      s.u.warp_count[warp][d] = static_cast<uint16_t>(before + __popc(peers));
+      warp_count[warp][d] = static_cast<uint16_t>(before + __popc(peers));
     __syncwarp();
     if (d != kInvalid) slot[j] = (d << 16) | (before + __popc(peers & lt));
   }
@@ -126,41 +151,34 @@ __device__ __forceinline__ void rank_tile(TileSmem<RADIX>& s,
     uint32_t run = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const uint32_t c = s.u.warp_count[w][d];
-      s.u.warp_count[w][d] = static_cast<uint16_t>(run);
+      const uint32_t c = warp_count[w][d];
+      warp_count[w][d] = static_cast<uint16_t>(run);
       run += c;
     }
     total[k] = run;
     sum += run;
   }
   uint64_t all;
-  uint64_t excl = joinkit::block_exclusive_scan<uint64_t>(sum, s.scan, &all);
+  uint64_t excl = joinkit::block_exclusive_scan<uint64_t>(sum, scan, &all);
 #pragma unroll
   for (int k = 0; k < kDpt; ++k) {
-    s.start[threadIdx.x * kDpt + k] = static_cast<uint16_t>(excl);
+    start[threadIdx.x * kDpt + k] = static_cast<uint16_t>(excl);
     excl += total[k];
   }
   __syncthreads();
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < ITEMS; ++j) {
     if (slot[j] != kInvalid) {
       const uint32_t d = slot[j] >> 16;
-      slot[j] += s.start[d] + s.u.warp_count[warp][d];
+      slot[j] += start[d] + warp_count[warp][d];
     }
   }
 }
 
 __device__ __forceinline__ uint32_t pos_of(uint32_t slot) { return slot & 0xffffu; }
 
-// Position of item j of this thread inside the tile (striped: coalesced per warp).
-template <int RADIX>
-__device__ __forceinline__ uint32_t item_index(int j) {
-  return joinkit::warp_id() * kWarpSize * Shape<RADIX>::kItems + j * kWarpSize +
-         joinkit::lane_id();
-}
-
-// Loads the tile's keys, computes their digits into `slot` (kInvalid past the end) and, when
-// `stage` is set, parks the keys in the staging buffer in input order for move_keys.
+// Loads the tile's keys, computes their digits into `slot` (kInvalid past the end) and parks the
+// keys in the staging buffer in input order for stage_keys.
 template <typename K, int RADIX>
 __device__ __forceinline__ void load_tile(const K* __restrict__ keys, uint64_t begin,
                                           uint32_t count, const DigitFn& fn, K* stage,
@@ -169,25 +187,19 @@ __device__ __forceinline__ void load_tile(const K* __restrict__ keys, uint64_t b
   K key[kItems];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const uint32_t idx = item_index<RADIX>(j);
+    const uint32_t idx = item_index<kItems>(j);
     key[j] = idx < count ? keys[begin + idx] : K(0);
   }
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const uint32_t idx = item_index<RADIX>(j);
+    const uint32_t idx = item_index<kItems>(j);
     slot[j] = idx < count ? fn(key[j]) : kInvalid;
-    if (stage != nullptr && idx < count) stage[idx] = key[j];
+    if (idx < count) stage[idx] = key[j];
   }
 }
 
-// Destination of staged element i (digit d, rank r inside the tile's run of d).
-struct ScatterDest {
-  template <int RADIX>
-  __device__ __forceinline__ uint64_t operator()(const TileSmem<RADIX>& s, uint32_t d,
-                                                 uint32_t r) const {
-    return s.base[d] + r;
-  }
-};
+// Destination of staged element i (digit d, rank r inside the tile's run of d) in a bucket
+// chain: the head bucket's free slots first, then the freshly linked buckets.
 struct BucketDest {
   template <int RADIX>
   __device__ __forceinline__ uint64_t operator()(const TileSmem<RADIX>& s, uint32_t d,
@@ -210,7 +222,7 @@ __device__ __forceinline__ void move_column(TileSmem<RADIX>& s, uint64_t src, ui
   V v[kItems];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const uint32_t idx = item_index<RADIX>(j);
+    const uint32_t idx = item_index<kItems>(j);
     if (idx < count) v[j] = in != nullptr ? in[begin + idx] : static_cast<V>(begin + idx);
   }
   V* staged = reinterpret_cast<V*>(s.buf);
@@ -240,18 +252,16 @@ __device__ __forceinline__ void move_columns(TileSmem<RADIX>& s, const Columns& 
   }
 }
 
-// Moves the keys parked by load_tile into digit order (recording each staged element's digit)
-// and writes them out when `keys_out` is set.
-template <typename K, int RADIX, typename Dest>
-__device__ __forceinline__ void move_keys(TileSmem<RADIX>& s, K* keys_out, uint32_t count,
-                                          const uint32_t (&slot)[Shape<RADIX>::kItems],
-                                          const Dest& dest, bool sync_before_write) {
+// Moves the keys parked by load_tile into digit order, recording each staged element's digit.
+template <typename K, int RADIX>
+__device__ __forceinline__ void stage_keys(TileSmem<RADIX>& s,
+                                           const uint32_t (&slot)[Shape<RADIX>::kItems]) {
   constexpr int kItems = Shape<RADIX>::kItems;
   K* staged = reinterpret_cast<K*>(s.buf);
   K key[kItems];
 #pragma unroll
   for (int j = 0; j < kItems; ++j)
-    if (slot[j] != kInvalid) key[j] = staged[item_index<RADIX>(j)];  // this thread's own
+    if (slot[j] != kInvalid) key[j] = staged[item_index<kItems>(j)];  // this thread's own
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
@@ -260,40 +270,56 @@ __device__ __forceinline__ void move_keys(TileSmem<RADIX>& s, K* keys_out, uint3
       s.digit[pos_of(slot[j])] = static_cast<uint16_t>(slot[j] >> 16);
     }
   }
-  if (sync_before_write) __syncthreads();
-  if (keys_out == nullptr) return;
-  for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
-    const uint32_t d = s.digit[i];
-    const uint64_t at = dest(s, d, i - s.start[d]);
-    if (at != ~0ull) keys_out[at] = staged[i];
-  }
 }
 
-// Per-chunk digit histograms: counts[d * gridDim.x + blockIdx.x] for d < fn.fanout.
+// Per-chunk digit histograms: counts[d * gridDim.x + blockIdx.x] for d < fn.fanout. Each thread
+// reads 16-byte vectors and counts runs of equal digits in registers before adding them to its
+// warp's counters, so sorted or constant keys cost one shared atomic per run, not per key.
 template <typename K, int RADIX>
 __device__ void histogram(const K* __restrict__ keys, uint64_t n, DigitFn fn, uint64_t* counts,
-                          uint64_t chunk_tiles) {
-  constexpr int kItems = Shape<RADIX>::kItems;
-  constexpr int kTile = kThreads * kItems;
+                          uint64_t chunk_rows) {
   // Per-warp counters: a chunk holds fewer than 2^31 elements (the host sizes chunks so).
   __shared__ uint32_t h[kWarps][RADIX];
   for (int i = threadIdx.x; i < kWarps * RADIX; i += kThreads) (&h[0][0])[i] = 0;
   __syncthreads();
-  const unsigned lane = joinkit::lane_id();
-  const unsigned warp = joinkit::warp_id();
-  const unsigned lt = (1u << lane) - 1u;
-  const uint64_t begin = static_cast<uint64_t>(blockIdx.x) * chunk_tiles * kTile;
-  const uint64_t end = min(n, begin + chunk_tiles * kTile);
-  for (uint64_t b = begin; b < end; b += kTile) {
-    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), end - b));
-    uint32_t digit[kItems];
-    load_tile<K, RADIX>(keys, b, count, fn, static_cast<K*>(nullptr), digit);
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const unsigned peers = __match_any_sync(kFullMask, digit[j]);
-      if (digit[j] != kInvalid && (peers & lt) == 0) atomicAdd(&h[warp][digit[j]], static_cast<uint32_t>(__popc(peers)));
+  uint32_t* mine = h[joinkit::warp_id()];
+  uint32_t run_digit = kInvalid, run = 0;
+  auto count = [&](K key) {
+    const uint32_t d = fn(key);
+    if (d == run_digit) {
+      ++run;
+    } else {
+      if (run != 0) atomicAdd(&mine[run_digit], run);
+      run_digit = d;
+      run = 1;
     }
+  };
+  const uint64_t begin = static_cast<uint64_t>(blockIdx.x) * chunk_rows;
+  const uint64_t end = min(n, begin + chunk_rows);
+  uint64_t tail = begin;
+  if ((reinterpret_cast<uintptr_t>(keys + begin) & 15) == 0) {
+    constexpr int kVec = 16 / sizeof(K);
+    constexpr int kUnroll = 8;  // 128 bytes in flight per thread: DRAM latency needs it
+    const uint64_t vecs = (end - begin) / kVec;
+    const uint4* v = reinterpret_cast<const uint4*>(keys + begin);
+    for (uint64_t i = threadIdx.x; i < vecs; i += kThreads * kUnroll) {
+      uint4 buf[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u * kThreads < vecs) buf[u] = v[i + u * kThreads];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (i + u * kThreads < vecs) {
+          const K* k = reinterpret_cast<const K*>(&buf[u]);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) count(k[e]);
+        }
+      }
+    }
+    tail = begin + vecs * kVec;
   }
+  for (uint64_t i = tail + threadIdx.x; i < end; i += kThreads) count(keys[i]);
+  if (run != 0) atomicAdd(&mine[run_digit], run);
   __syncthreads();
   for (uint32_t d = threadIdx.x; d < fn.fanout; d += kThreads) {
     uint64_t sum = 0;
@@ -303,19 +329,67 @@ __device__ void histogram(const K* __restrict__ keys, uint64_t n, DigitFn fn, ui
   }
 }
 
+// Asynchronous global-to-shared copies (cp.async, sm_80 and later).
+__device__ __forceinline__ void cp_async_16(char* dst, const char* src) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(char* dst, const char* src) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// The whole block starts copying `bytes` (a multiple of 4) from global `src` to shared `dst`
+// (16-byte aligned): 16-byte copies where `src` is aligned too, 4-byte ones otherwise.
+__device__ __forceinline__ void prefetch(char* dst, const char* src, uint32_t bytes) {
+  uint32_t body = 0;
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    body = bytes & ~15u;
+    for (uint32_t o = threadIdx.x * 16; o < body; o += kThreads * 16) cp_async_16(dst + o, src + o);
+  }
+  for (uint32_t o = body + threadIdx.x * 4; o < bytes; o += kThreads * 4) cp_async_4(dst + o, src + o);
+}
+
+template <int RADIX, int ITEMS>
+struct SweepSmem {
+  static constexpr int kTile = kThreads * ITEMS;
+  uint16_t warp_count[kWarps][RADIX];
+  uint32_t map[kTile];   // at each position of the digit-sorted tile: digit << 16 | tile element
+  uint64_t dest[RADIX];  // where the digit's run goes, minus its tile-local start (mod 2^64)
+  uint16_t start[RADIX]; // tile-local start of each digit's run
+  uint64_t scan[kWarpSize + 1];
+};
+
+// Writes one column value of `width` bytes.
+__device__ __forceinline__ void put(uint64_t dst, uint32_t width, uint64_t at, uint64_t v) {
+  if (width == 4)
+    reinterpret_cast<uint32_t*>(dst)[at] = static_cast<uint32_t>(v);
+  else
+    reinterpret_cast<uint64_t*>(dst)[at] = v;
+}
+
 // Stable scatter of the keys and `cols` by digit. `counts` is the per-row-scanned histogram
 // and `totals` the per-digit totals (from part_scan_counts). Chunk 0 also writes the partition
-// offsets (fanout + 1 of them) when `offsets` is set.
-template <typename K, int RADIX>
-__device__ void scatter(const K* __restrict__ keys, K* keys_out, uint64_t n, DigitFn fn,
-                        const uint64_t* counts, const uint64_t* totals, uint64_t chunk_tiles,
-                        uint64_t* offsets, const Columns& cols) {
-  using S = TileSmem<RADIX>;
-  constexpr int kItems = S::kItems;
-  constexpr int kDpt = S::kDpt;
+// offsets (fanout + 1 of them) when `offsets` is set. Dynamic shared memory: two tile buffers,
+// each the tile's keys followed by each column with a source (kThreads * ITEMS rows each).
+template <typename K, int RADIX, int ITEMS>
+__device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, DigitFn fn,
+                      const uint64_t* counts, const uint64_t* totals, uint64_t chunk_rows,
+                      uint64_t* offsets, const Columns& cols) {
+  using S = SweepSmem<RADIX, ITEMS>;
+  constexpr int kTile = S::kTile;
+  constexpr int kDpt = RADIX / kThreads;
   __shared__ S s;
+  extern __shared__ __align__(16) char tiles[];
   const uint64_t chunks = gridDim.x;
   const uint64_t chunk = blockIdx.x;
+  uint64_t base[kDpt];  // global position of this chunk's next element of each digit it owns
   {
     uint64_t tot[kDpt];
     uint64_t sum = 0;
@@ -330,26 +404,76 @@ __device__ void scatter(const K* __restrict__ keys, K* keys_out, uint64_t n, Dig
 #pragma unroll
     for (int k = 0; k < kDpt; ++k) {
       const uint32_t d = threadIdx.x * kDpt + k;
-      s.base[d] = d < fn.fanout ? excl + counts[d * chunks + chunk] : 0;
+      base[k] = d < fn.fanout ? excl + counts[d * chunks + chunk] : 0;
       if (offsets != nullptr && chunk == 0 && d < fn.fanout) offsets[d] = excl;
       excl += tot[k];
     }
     if (offsets != nullptr && chunk == 0 && threadIdx.x == 0) offsets[fn.fanout] = all;
   }
-  const ScatterDest dest;
-  const uint64_t first_tile = chunk * chunk_tiles;
-  for (uint64_t tile = first_tile; tile < first_tile + chunk_tiles; ++tile) {
-    const uint64_t begin = tile * S::kTile;
-    if (begin >= n) break;
-    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(S::kTile), n - begin));
-    uint32_t slot[kItems], total[kDpt];
-    load_tile<K, RADIX>(keys, begin, count, fn, reinterpret_cast<K*>(s.buf), slot);
-    rank_tile<RADIX>(s, slot, total);
-    move_keys<K, RADIX>(s, keys_out, count, slot, dest, true);
-    move_columns<RADIX>(s, cols, begin, count, slot, dest);
-    __syncthreads();
+  uint32_t row_bytes = sizeof(K);
+  for (uint32_t c = 0; c < cols.count; ++c)
+    if (cols.src[c] != 0) row_bytes += cols.width[c];
+  const uint32_t buf_bytes = kTile * row_bytes;
+  const uint64_t begin_row = chunk * chunk_rows;
+  const uint64_t end_row = min(n, begin_row + chunk_rows);
+  // Starts copying the tile of rows [b, b + count) into `buf`.
+  auto fetch = [&](uint64_t b, char* buf) {
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), end_row - b));
+    prefetch(buf, reinterpret_cast<const char*>(keys + b), count * sizeof(K));
+    uint32_t off = kTile * sizeof(K);
+    for (uint32_t c = 0; c < cols.count; ++c) {
+      if (cols.src[c] == 0) continue;
+      const uint32_t w = cols.width[c];
+      prefetch(buf + off, reinterpret_cast<const char*>(cols.src[c]) + b * w, count * w);
+      off += kTile * w;
+    }
+    cp_async_commit();
+  };
+  if (begin_row < end_row) fetch(begin_row, tiles);
+  uint32_t parity = 0;
+  for (uint64_t b = begin_row; b < end_row; b += kTile, parity ^= 1) {
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), end_row - b));
+    char* cur = tiles + parity * buf_bytes;
+    cp_async_wait_all();
+    __syncthreads();  // the tile is in for every thread; the other buffer is free
+    if (b + kTile < end_row) fetch(b + kTile, tiles + (parity ^ 1) * buf_bytes);
+    const K* tile_keys = reinterpret_cast<const K*>(cur);
+    uint32_t slot[ITEMS], total[kDpt];
 #pragma unroll
-    for (int k = 0; k < kDpt; ++k) s.base[threadIdx.x * kDpt + k] += total[k];
+    for (int j = 0; j < ITEMS; ++j) {
+      const uint32_t idx = item_index<ITEMS>(j);
+      slot[j] = idx < count ? fn(tile_keys[idx]) : kInvalid;
+    }
+    rank_tile<RADIX, ITEMS>(s.warp_count, s.start, s.scan, slot, total);
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j)
+      if (slot[j] != kInvalid) s.map[pos_of(slot[j])] = (slot[j] & 0xffff0000u) | item_index<ITEMS>(j);
+#pragma unroll
+    for (int k = 0; k < kDpt; ++k) {
+      const uint32_t d = threadIdx.x * kDpt + k;
+      s.dest[d] = base[k] - s.start[d];
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
+      const uint32_t m = s.map[i];
+      const uint32_t src = m & 0xffffu;
+      const uint64_t at = s.dest[m >> 16] + i;
+      if (keys_out != nullptr) keys_out[at] = tile_keys[src];
+      uint32_t off = kTile * sizeof(K);
+      for (uint32_t c = 0; c < cols.count; ++c) {
+        const uint32_t w = cols.width[c];
+        uint64_t v = b + src;  // no source: the row index
+        if (cols.src[c] != 0) {
+          v = w == 4 ? reinterpret_cast<const uint32_t*>(cur + off)[src]
+                     : reinterpret_cast<const uint64_t*>(cur + off)[src];
+          off += kTile * w;
+        }
+        put(cols.dst[c], w, at, v);
+      }
+    }
+    __syncthreads();  // the position map and destinations are read
+#pragma unroll
+    for (int k = 0; k < kDpt; ++k) base[k] += total[k];
   }
 }
 
@@ -410,22 +534,22 @@ __device__ void reserve(uint64_t* state, uint32_t* next, uint32_t* used, uint32_
 template <typename K, int RADIX>
 __device__ void bucket_chain(const K* __restrict__ keys, K* pool_keys, uint64_t n, DigitFn fn,
                              uint64_t* state, uint32_t* next, uint64_t* counts, uint32_t* used,
-                             uint32_t pool_cap, uint32_t cap, uint64_t chunk_tiles,
+                             uint32_t pool_cap, uint32_t cap, uint64_t chunk_rows,
                              const Columns& cols) {
   using S = TileSmem<RADIX>;
   constexpr int kItems = S::kItems;
   constexpr int kDpt = S::kDpt;
   __shared__ S s;
   const BucketDest dest;
-  const uint64_t first_tile = static_cast<uint64_t>(blockIdx.x) * chunk_tiles;
-  for (uint64_t tile = first_tile; tile < first_tile + chunk_tiles; ++tile) {
-    const uint64_t begin = tile * S::kTile;
-    if (begin >= n) break;
-    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(S::kTile), n - begin));
+  const uint64_t begin_row = static_cast<uint64_t>(blockIdx.x) * chunk_rows;
+  const uint64_t end_row = min(n, begin_row + chunk_rows);
+  for (uint64_t begin = begin_row; begin < end_row; begin += S::kTile) {
+    const uint32_t count =
+        static_cast<uint32_t>(min(static_cast<uint64_t>(S::kTile), end_row - begin));
     uint32_t slot[kItems], total[kDpt];
     load_tile<K, RADIX>(keys, begin, count, fn, reinterpret_cast<K*>(s.buf), slot);
-    rank_tile<RADIX>(s, slot, total);
-    move_keys<K, RADIX>(s, static_cast<K*>(nullptr), count, slot, dest, false);
+    rank_tile<RADIX, kItems>(s.u.warp_count, s.start, s.scan, slot, total);
+    stage_keys<K, RADIX>(s, slot);
     __syncthreads();  // ranking is done with the per-warp counters: reuse them for reservations
 #pragma unroll
     for (int k = 0; k < kDpt; ++k) {
@@ -465,26 +589,37 @@ __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t 
 
 }  // namespace
 
-#define JK_PARTITION_KERNELS(T, K, R)                                                               \
-  extern "C" __global__ void __launch_bounds__(kThreads)                                         \
-      part_hist##R##_##K(const T* keys, uint64_t n, DigitFn fn, uint64_t* counts,           \
-                         uint64_t chunk_tiles) {                                                 \
-    histogram<T, R>(keys, n, fn, counts, chunk_tiles);                                       \
-  }                                                                                              \
-  /* 3 blocks of 256 per SM: at most 80 registers, a few bytes of spill (ptxas -v) */          \
-  extern "C" __global__ void __launch_bounds__(kThreads, 3)                                      \
-      part_scatter##R##_##K(const T* keys, T* keys_out, uint64_t n, DigitFn fn,         \
-                            const uint64_t* counts, const uint64_t* totals,                     \
-                            uint64_t chunk_tiles, uint64_t* offsets, Columns cols) {            \
-    scatter<T, R>(keys, keys_out, n, fn, counts, totals, chunk_tiles, offsets, cols);        \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(kThreads) part_bucket##R##_##K(                  \
-      const T* keys, T* pool_keys, uint64_t n, DigitFn fn, uint64_t* state,             \
-      uint32_t* next, uint64_t* counts, uint32_t* used, uint32_t pool_cap, uint32_t cap,        \
-      uint64_t chunk_tiles, Columns cols) {                                                      \
-    bucket_chain<T, R>(keys, pool_keys, n, fn, state, next, counts, used, pool_cap, cap,     \
-                           chunk_tiles, cols);                                                   \
+#define JK_PARTITION_KERNELS(T, K, R)                                                      \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                  \
+      part_hist##R##_##K(const T* keys, uint64_t n, DigitFn fn, uint64_t* counts,          \
+                         uint64_t chunk_rows) {                                           \
+    histogram<T, R>(keys, n, fn, counts, chunk_rows);                                     \
+  }                                                                                       \
+  extern "C" __global__ void __launch_bounds__(kThreads) part_bucket##R##_##K(            \
+      const T* keys, T* pool_keys, uint64_t n, DigitFn fn, uint64_t* state, uint32_t* next, \
+      uint64_t* counts, uint32_t* used, uint32_t pool_cap, uint32_t cap, uint64_t chunk_rows, \
+      Columns cols) {                                                                     \
+    bucket_chain<T, R>(keys, pool_keys, n, fn, state, next, counts, used, pool_cap, cap,  \
+                       chunk_rows, cols);                                                 \
   }
+
+// The scatter, per key type, fan-out class and tile size (ITEMS rows per thread): at least two
+// blocks per SM, so at most 128 registers.
+#define JK_SWEEP_KERNEL(T, K, R, I)                                                         \
+  extern "C" __global__ void __launch_bounds__(kThreads, 2) part_sweep##R##x##I##_##K(       \
+      const T* keys, T* keys_out, uint64_t n, DigitFn fn, const uint64_t* counts,           \
+      const uint64_t* totals, uint64_t chunk_rows, uint64_t* offsets, Columns cols) {       \
+    sweep<T, R, I>(keys, keys_out, n, fn, counts, totals, chunk_rows, offsets, cols);       \
+  }
+
+JK_SWEEP_KERNEL(uint32_t, u32, 256, 16)
+JK_SWEEP_KERNEL(uint64_t, u64, 256, 16)
+JK_SWEEP_KERNEL(uint32_t, u32, 256, 8)
+JK_SWEEP_KERNEL(uint64_t, u64, 256, 8)
+JK_SWEEP_KERNEL(uint32_t, u32, 1024, 8)
+JK_SWEEP_KERNEL(uint64_t, u64, 1024, 8)
+JK_SWEEP_KERNEL(uint32_t, u32, 1024, 4)
+JK_SWEEP_KERNEL(uint64_t, u64, 1024, 4)
 
 JK_PARTITION_KERNELS(uint32_t, u32, 256)
 JK_PARTITION_KERNELS(uint64_t, u64, 256)

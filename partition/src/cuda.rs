@@ -7,16 +7,20 @@
 //! neither each other nor the inputs.
 //!
 //! Kernels (`kernels/partition.cu`): a per-chunk histogram of the digits, a per-digit scan of
-//! those histograms, and a scatter that ranks each tile of 4096 (2048 for fan-outs above 256)
-//! keys stably in shared memory and writes each partition's run of the tile contiguously. The
-//! grid is as many blocks as fit the device at once (occupancy × SM count), each owning one
-//! contiguous chunk of tiles, so the histogram is `fanout × blocks` counters, not one per tile.
+//! those histograms, and a scatter that ranks each tile of up to 4096 rows stably in shared
+//! memory and writes each partition's run of the tile contiguously, while the next tile's keys
+//! and columns stream into shared memory (cp.async). The grid is as many blocks as fit the
+//! device at once (occupancy × SM count), each owning one contiguous chunk of rows, so the
+//! histogram is `fanout × blocks` counters, not one per tile. Columns that do not fit one
+//! launch's shared memory go to further launches over the same histogram.
 
 use std::marker::PhantomData;
 use std::ops::Range;
 
+use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{
-    CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
 use joinkit_cuda::{
     Backend, Column, CudaBackend, DeviceBuffer, Element, Error, Key, Result, Scratch,
@@ -319,74 +323,130 @@ macro_rules! launch {
     }};
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Hist,
-    Scatter,
-    Bucket,
-}
-
-fn kernel_name(kind: Kind, radix: u32, key_bits: u32) -> &'static str {
-    match (kind, radix == 256, key_bits == 32) {
-        (Kind::Hist, true, true) => "part_hist256_u32",
-        (Kind::Hist, true, false) => "part_hist256_u64",
-        (Kind::Hist, false, true) => "part_hist1024_u32",
-        (Kind::Hist, false, false) => "part_hist1024_u64",
-        (Kind::Scatter, true, true) => "part_scatter256_u32",
-        (Kind::Scatter, true, false) => "part_scatter256_u64",
-        (Kind::Scatter, false, true) => "part_scatter1024_u32",
-        (Kind::Scatter, false, false) => "part_scatter1024_u64",
-        (Kind::Bucket, true, true) => "part_bucket256_u32",
-        (Kind::Bucket, true, false) => "part_bucket256_u64",
-        (Kind::Bucket, false, true) => "part_bucket1024_u32",
-        (Kind::Bucket, false, false) => "part_bucket1024_u64",
+fn hist_name(radix: u32, key_bits: u32) -> &'static str {
+    match (radix == 256, key_bits == 32) {
+        (true, true) => "part_hist256_u32",
+        (true, false) => "part_hist256_u64",
+        (false, true) => "part_hist1024_u32",
+        (false, false) => "part_hist1024_u64",
     }
 }
 
-/// Elements per tile (`kThreads * kItems`).
-fn tile_elems(radix: u32) -> u64 {
-    if radix == 256 { 4096 } else { 2048 }
+fn bucket_name(radix: u32, key_bits: u32) -> &'static str {
+    match (radix == 256, key_bits == 32) {
+        (true, true) => "part_bucket256_u32",
+        (true, false) => "part_bucket256_u64",
+        (false, true) => "part_bucket1024_u32",
+        (false, false) => "part_bucket1024_u64",
+    }
 }
 
-/// Grid of a tiled kernel: `chunks` blocks, each owning `chunk_tiles` consecutive tiles.
+/// Chunks are whole multiples of every tile size (the largest is 4096 rows), so that one
+/// histogram serves every scatter launch of a pass.
+const CHUNK_ALIGN: u64 = 4096;
+
+/// Shared memory for the scatter's two prefetched tiles (keys and the moved columns): 64 KiB
+/// leaves room for two blocks per SM next to the ranking's own arrays.
+const SWEEP_TILE_BYTES: usize = 64 << 10;
+
+/// A scatter kernel (fan-out class and rows per thread) and its shared memory.
+#[derive(Debug, Clone, Copy)]
+struct Sweep {
+    name: &'static str,
+    /// Dynamic shared memory: two tiles of `row_bytes`.
+    smem: usize,
+}
+
+impl Sweep {
+    /// The largest tile whose two prefetch buffers fit [`SWEEP_TILE_BYTES`] for rows of
+    /// `row_bytes` (key plus columns read from memory); `None` when even the smallest does not.
+    fn pick(radix: u32, key_bits: u32, row_bytes: usize) -> Option<Sweep> {
+        let options: [(u32, &str, &str); 2] = if radix == 256 {
+            [
+                (16, "part_sweep256x16_u32", "part_sweep256x16_u64"),
+                (8, "part_sweep256x8_u32", "part_sweep256x8_u64"),
+            ]
+        } else {
+            [
+                (8, "part_sweep1024x8_u32", "part_sweep1024x8_u64"),
+                (4, "part_sweep1024x4_u32", "part_sweep1024x4_u64"),
+            ]
+        };
+        options.into_iter().find_map(|(items, n32, n64)| {
+            let smem = 2 * (THREADS * items) as usize * row_bytes;
+            (smem <= SWEEP_TILE_BYTES).then_some(Sweep {
+                name: if key_bits == 32 { n32 } else { n64 },
+                smem,
+            })
+        })
+    }
+}
+
+/// Splits the moved columns into scatter launches: consecutive columns as long as the rows
+/// (key included: every launch ranks the keys) fit the smallest tile, at most 16 per launch.
+/// Row ids are generated, not read, and cost no shared memory.
+fn sweep_groups(radix: u32, key_bits: u32, cols: &[ColSpec]) -> Result<Vec<(usize, Sweep)>> {
+    let key_bytes = (key_bits / 8) as usize;
+    let read = |c: &ColSpec| if c.src == 0 { 0 } else { c.width as usize };
+    let mut groups = Vec::new();
+    let mut at = 0;
+    loop {
+        let mut row = key_bytes;
+        let mut end = at;
+        while end < cols.len()
+            && end - at < MAX_COLUMNS
+            && Sweep::pick(radix, key_bits, row + read(&cols[end])).is_some()
+        {
+            row += read(&cols[end]);
+            end += 1;
+        }
+        let sweep = Sweep::pick(radix, key_bits, row)
+            .filter(|_| end > at || cols.is_empty())
+            .ok_or(Error::InvalidArgument(
+                "partition rows too wide for the scatter's shared memory".into(),
+            ))?;
+        groups.push((end, sweep));
+        if end >= cols.len() {
+            return Ok(groups);
+        }
+        at = end;
+    }
+}
+
+/// Grid of a chunked kernel: `chunks` blocks, each owning `chunk_rows` consecutive rows.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     chunks: u32,
-    chunk_tiles: u64,
+    chunk_rows: u64,
 }
 
 impl Plan {
-    /// As many blocks as the device runs at once (occupancy of `kernel` × SMs), no more than
-    /// there are tiles, and chunks below 2^31 elements (the histogram's 32-bit counters).
-    fn new(backend: &CudaBackend, n: usize, radix: u32, kernel: &'static str) -> Result<Plan> {
-        let tile = tile_elems(radix);
-        let tiles = (n as u64).div_ceil(tile).max(1);
+    /// As many blocks as the device runs at once (occupancy of `kernel` with `smem` bytes of
+    /// dynamic shared memory × SMs), chunks of whole [`CHUNK_ALIGN`] rows and below 2^31 rows
+    /// (the histogram's 32-bit counters).
+    fn new(backend: &CudaBackend, n: usize, kernel: &'static str, smem: usize) -> Result<Plan> {
         let f = backend.function(&KERNELS, kernel)?;
+        allow_dynamic_smem(&f, smem)?;
         let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+            .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
             .map_err(|e| Error::Driver {
                 op: "querying kernel occupancy",
                 message: format!("{e:?}"),
             })?
             .max(1);
         let want = u64::from(backend.info().sm_count.max(1)) * u64::from(per_sm);
-        let chunk_tiles = tiles
-            .div_ceil(want.min(tiles))
-            .min((1u64 << 31) / tile)
-            .max(1);
-        let chunks = u32::try_from(tiles.div_ceil(chunk_tiles))
+        let n = (n as u64).max(1);
+        let chunk_rows = n.div_ceil(want).next_multiple_of(CHUNK_ALIGN).min(1 << 30);
+        let chunks = u32::try_from(n.div_ceil(chunk_rows))
             .map_err(|_| Error::SizeOverflow("partition grid"))?;
-        Ok(Plan {
-            chunks,
-            chunk_tiles,
-        })
+        Ok(Plan { chunks, chunk_rows })
     }
 
-    fn grid(&self) -> LaunchConfig {
+    fn grid(&self, smem: usize) -> LaunchConfig {
         LaunchConfig {
             grid_dim: (self.chunks, 1, 1),
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem as u32,
         }
     }
 
@@ -395,6 +455,24 @@ impl Plan {
         let counts = u64::from(fanout) * u64::from(self.chunks) * 8;
         align(counts as usize) + align(fanout as usize * 8)
     }
+}
+
+/// Lets `f` take [`SWEEP_TILE_BYTES`] of dynamic shared memory (beyond the default 48 KiB).
+/// The limit belongs to the kernel, shared by every caller, so it is always set to the same
+/// value, never to one launch's need.
+fn allow_dynamic_smem(f: &CudaFunction, smem: usize) -> Result<()> {
+    if smem == 0 {
+        return Ok(());
+    }
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        SWEEP_TILE_BYTES as i32,
+    )
+    .map(|_| ())
+    .map_err(|e| Error::Driver {
+        op: "allowing dynamic shared memory",
+        message: format!("{e:?}"),
+    })
 }
 
 fn align(bytes: usize) -> usize {
@@ -418,19 +496,30 @@ struct Pass<'c> {
 }
 
 impl Pass<'_> {
+    /// The plan of a pass moving `cols`: sized for its first scatter launch.
+    fn plan(
+        backend: &CudaBackend,
+        n: usize,
+        digit: &DigitFn,
+        key_bits: u32,
+        cols: &[ColSpec],
+    ) -> Result<Plan> {
+        let (_, first) = sweep_groups(digit.radix_size(), key_bits, cols)?[0];
+        Plan::new(backend, n, first.name, first.smem)
+    }
+
     fn run(&self, backend: &CudaBackend) -> Result<()> {
         let radix = self.digit.radix_size();
-        let grid = self.plan.grid();
-        // part_histR_K(keys[n], n, fn, counts[fanout * chunks], chunk_tiles)
+        // part_histR_K(keys[n], n, fn, counts[fanout * chunks], chunk_rows)
         launch!(
             backend,
-            kernel_name(Kind::Hist, radix, self.key_bits),
-            grid,
+            hist_name(radix, self.key_bits),
+            self.plan.grid(0),
             &self.keys_in,
             &self.n,
             &self.digit,
             &self.counts,
-            &self.plan.chunk_tiles
+            &self.plan.chunk_rows
         )?;
         // part_scan_counts(counts[fanout * chunks], totals[fanout], chunks): one block per row.
         let chunks = u64::from(self.plan.chunks);
@@ -447,32 +536,32 @@ impl Pass<'_> {
             &self.totals,
             &chunks
         )?;
-        // part_scatterR_K(keys[n], keys_out[n] or 0, n, fn, counts, totals, chunk_tiles,
-        // offsets[fanout + 1] or 0, cols): one launch per 16 columns, keys with the first.
-        let empty = [[].as_slice()];
-        let groups: Vec<&[ColSpec]> = if self.cols.is_empty() {
-            empty.to_vec()
-        } else {
-            self.cols.chunks(MAX_COLUMNS).collect()
-        };
-        for (g, group) in groups.into_iter().enumerate() {
-            let cols = Columns::of(group);
+        // part_sweepRxI_K(keys[n], keys_out[n] or 0, n, fn, counts, totals, chunk_rows,
+        // offsets[fanout + 1] or 0, cols): one launch per group, keys with the first.
+        let mut at = 0;
+        for (g, (end, sweep)) in sweep_groups(radix, self.key_bits, self.cols)?
+            .into_iter()
+            .enumerate()
+        {
+            let cols = Columns::of(&self.cols[at..end]);
+            at = end;
             let (keys_out, offsets) = if g == 0 {
                 (self.keys_out, self.offsets)
             } else {
                 (0u64, 0u64)
             };
+            allow_dynamic_smem(&backend.function(&KERNELS, sweep.name)?, sweep.smem)?;
             launch!(
                 backend,
-                kernel_name(Kind::Scatter, radix, self.key_bits),
-                grid,
+                sweep.name,
+                self.plan.grid(sweep.smem),
                 &self.keys_in,
                 &keys_out,
                 &self.n,
                 &self.digit,
                 &self.counts,
                 &self.totals,
-                &self.plan.chunk_tiles,
+                &self.plan.chunk_rows,
                 &offsets,
                 &cols
             )?;
@@ -533,10 +622,16 @@ pub fn radix_partition<K: Key>(
     }
     let widths = pass_widths(bits.end - bits.start);
     let passes = widths.len();
-    let plan = Plan::new(backend, n, 256, kernel_name(Kind::Scatter, 256, K::BITS))?;
+    let mut moved: Vec<ColSpec> = specs.iter().copied().chain(ids).collect();
+    let plan = Pass::plan(
+        backend,
+        n,
+        &DigitFn::radix(bits.start, widths[0]),
+        K::BITS,
+        &moved,
+    )?;
     // Scratch: histogram, then (more than one pass) a temporary copy of every column.
     let hist = plan.histogram_bytes(256);
-    let mut moved: Vec<ColSpec> = specs.iter().copied().chain(ids).collect();
     let tmp_bytes = |w: usize| align(n * w);
     let mut total = hist;
     if passes > 1 {
@@ -649,13 +744,7 @@ pub fn hash_partition<K: Key>(
     }
     specs.extend(ids);
     let digit = DigitFn::hash(fanout, seed);
-    let radix = digit.radix_size();
-    let plan = Plan::new(
-        backend,
-        n,
-        radix,
-        kernel_name(Kind::Scatter, radix, K::BITS),
-    )?;
+    let plan = Pass::plan(backend, n, &digit, K::BITS, &specs)?;
     let counts = scratch.reserve(backend, plan.histogram_bytes(digit.fanout))?;
     Pass {
         key_bits: K::BITS,
@@ -757,8 +846,8 @@ pub fn bucket_chain_partition<K: Key>(
     )?;
     if n > 0 {
         let radix = digit.radix_size();
-        let name = kernel_name(Kind::Bucket, radix, K::BITS);
-        let plan = Plan::new(backend, n, radix, name)?;
+        let name = bucket_name(radix, K::BITS);
+        let plan = Plan::new(backend, n, name, 0)?;
         let cols = Columns::of(&specs);
         let (keys, pool_keys, next) = (
             ptr_in(backend, keys_in),
@@ -767,11 +856,11 @@ pub fn bucket_chain_partition<K: Key>(
         );
         let (n64, pool32) = (n as u64, pool as u32);
         // part_bucketR_K(keys[n], pool_keys[pool * cap], n, fn, state, next[pool], counts,
-        // used, pool, cap, chunk_tiles, cols (pools of pool * cap))
+        // used, pool, cap, chunk_rows, cols (pools of pool * cap))
         launch!(
             backend,
             name,
-            plan.grid(),
+            plan.grid(0),
             &keys,
             &pool_keys,
             &n64,
@@ -782,7 +871,7 @@ pub fn bucket_chain_partition<K: Key>(
             &used,
             &pool32,
             &cap32,
-            &plan.chunk_tiles,
+            &plan.chunk_rows,
             &cols
         )?;
     }
