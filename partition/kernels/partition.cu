@@ -9,13 +9,14 @@
 // - counts[d * chunks + c] is the number of elements of chunk c in partition d (digit-major, so
 //   a per-row scan gives each chunk its place inside the partition).
 //
-// The scatter (`sweep`) keeps the memory system busy while it ranks: the next tile's keys and
-// columns are copied into shared memory with cp.async while the current tile is ranked and
-// written. Within a tile, elements are ranked stably by digit: each warp ranks its 32 * ITEMS
-// consecutive elements with __match_any_sync (one counter update per distinct digit and item),
-// warps are then combined per digit; the ranking becomes a map from each sorted position to its
-// tile element, so consecutive threads write consecutive addresses of one partition's run,
-// reading every column straight from the prefetched tile.
+// The scatter (`sweep`) copies a tile of keys and columns into shared memory (cp.async: no
+// register staging), as large as 64 KB allows (8192 rows of 4-byte keys and payloads): the
+// larger the tile, the longer each partition's run in it and the better its writes coalesce.
+// Within a tile, elements are ranked stably by digit: each warp ranks its 32 * ITEMS
+// consecutive elements with ballots (one counter update per distinct digit and item), warps are
+// then combined per digit; the ranking becomes a map from each sorted position to its tile
+// element, so consecutive threads write consecutive addresses of one partition's run, reading
+// every column straight from the tile.
 #include <stdint.h>
 
 #include "joinkit/device.cuh"
@@ -347,7 +348,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
 
 // The whole block starts copying `bytes` (a multiple of 4) from global `src` to shared `dst`
 // (16-byte aligned): 16-byte copies where `src` is aligned too, 4-byte ones otherwise.
-__device__ __forceinline__ void prefetch(char* dst, const char* src, uint32_t bytes) {
+__device__ __forceinline__ void copy_async(char* dst, const char* src, uint32_t bytes) {
   uint32_t body = 0;
   if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
     body = bytes & ~15u;
@@ -376,8 +377,8 @@ __device__ __forceinline__ void put(uint64_t dst, uint32_t width, uint64_t at, u
 
 // Stable scatter of the keys and `cols` by digit. `counts` is the per-row-scanned histogram
 // and `totals` the per-digit totals (from part_scan_counts). Chunk 0 also writes the partition
-// offsets (fanout + 1 of them) when `offsets` is set. Dynamic shared memory: two tile buffers,
-// each the tile's keys followed by each column with a source (kThreads * ITEMS rows each).
+// offsets (fanout + 1 of them) when `offsets` is set. Dynamic shared memory: one tile, the
+// keys followed by each column with a source (kThreads * ITEMS rows each).
 template <typename K, int RADIX, int ITEMS>
 __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, DigitFn fn,
                       const uint64_t* counts, const uint64_t* totals, uint64_t chunk_rows,
@@ -386,7 +387,7 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
   constexpr int kTile = S::kTile;
   constexpr int kDpt = RADIX / kThreads;
   __shared__ S s;
-  extern __shared__ __align__(16) char tiles[];
+  extern __shared__ __align__(16) char tile[];
   const uint64_t chunks = gridDim.x;
   const uint64_t chunk = blockIdx.x;
   uint64_t base[kDpt];  // global position of this chunk's next element of each digit it owns
@@ -410,34 +411,27 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
     }
     if (offsets != nullptr && chunk == 0 && threadIdx.x == 0) offsets[fn.fanout] = all;
   }
-  uint32_t row_bytes = sizeof(K);
-  for (uint32_t c = 0; c < cols.count; ++c)
-    if (cols.src[c] != 0) row_bytes += cols.width[c];
-  const uint32_t buf_bytes = kTile * row_bytes;
   const uint64_t begin_row = chunk * chunk_rows;
   const uint64_t end_row = min(n, begin_row + chunk_rows);
-  // Starts copying the tile of rows [b, b + count) into `buf`.
+  // Starts copying the tile of rows [b, b + kTile) (or to the chunk's end) into `buf`.
   auto fetch = [&](uint64_t b, char* buf) {
     const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), end_row - b));
-    prefetch(buf, reinterpret_cast<const char*>(keys + b), count * sizeof(K));
+    copy_async(buf, reinterpret_cast<const char*>(keys + b), count * sizeof(K));
     uint32_t off = kTile * sizeof(K);
     for (uint32_t c = 0; c < cols.count; ++c) {
       if (cols.src[c] == 0) continue;
       const uint32_t w = cols.width[c];
-      prefetch(buf + off, reinterpret_cast<const char*>(cols.src[c]) + b * w, count * w);
+      copy_async(buf + off, reinterpret_cast<const char*>(cols.src[c]) + b * w, count * w);
       off += kTile * w;
     }
     cp_async_commit();
   };
-  if (begin_row < end_row) fetch(begin_row, tiles);
-  uint32_t parity = 0;
-  for (uint64_t b = begin_row; b < end_row; b += kTile, parity ^= 1) {
+  if (begin_row < end_row) fetch(begin_row, tile);
+  for (uint64_t b = begin_row; b < end_row; b += kTile) {
     const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), end_row - b));
-    char* cur = tiles + parity * buf_bytes;
     cp_async_wait_all();
-    __syncthreads();  // the tile is in for every thread; the other buffer is free
-    if (b + kTile < end_row) fetch(b + kTile, tiles + (parity ^ 1) * buf_bytes);
-    const K* tile_keys = reinterpret_cast<const K*>(cur);
+    __syncthreads();  // the tile is in for every thread
+    const K* tile_keys = reinterpret_cast<const K*>(tile);
     uint32_t slot[ITEMS], total[kDpt];
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
@@ -464,14 +458,15 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
         const uint32_t w = cols.width[c];
         uint64_t v = b + src;  // no source: the row index
         if (cols.src[c] != 0) {
-          v = w == 4 ? reinterpret_cast<const uint32_t*>(cur + off)[src]
-                     : reinterpret_cast<const uint64_t*>(cur + off)[src];
+          v = w == 4 ? reinterpret_cast<const uint32_t*>(tile + off)[src]
+                     : reinterpret_cast<const uint64_t*>(tile + off)[src];
           off += kTile * w;
         }
         put(cols.dst[c], w, at, v);
       }
     }
-    __syncthreads();  // the position map and destinations are read
+    __syncthreads();  // the tile, the position map and the destinations are read
+    if (b + kTile < end_row) fetch(b + kTile, tile);
 #pragma unroll
     for (int k = 0; k < kDpt; ++k) base[k] += total[k];
   }
@@ -603,8 +598,8 @@ __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t 
                        chunk_rows, cols);                                                 \
   }
 
-// The scatter, per key type, fan-out class and tile size (ITEMS rows per thread): at least two
-// blocks per SM, so at most 128 registers.
+// The scatter, per key type, fan-out class and tile size (ITEMS rows per thread). Shared memory
+// allows two blocks per SM, so up to 128 registers.
 #define JK_SWEEP_KERNEL(T, K, R, I)                                                         \
   extern "C" __global__ void __launch_bounds__(kThreads, 2) part_sweep##R##x##I##_##K(       \
       const T* keys, T* keys_out, uint64_t n, DigitFn fn, const uint64_t* counts,           \
@@ -612,14 +607,16 @@ __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t 
     sweep<T, R, I>(keys, keys_out, n, fn, counts, totals, chunk_rows, offsets, cols);       \
   }
 
+JK_SWEEP_KERNEL(uint32_t, u32, 256, 32)
+JK_SWEEP_KERNEL(uint64_t, u64, 256, 32)
 JK_SWEEP_KERNEL(uint32_t, u32, 256, 16)
 JK_SWEEP_KERNEL(uint64_t, u64, 256, 16)
 JK_SWEEP_KERNEL(uint32_t, u32, 256, 8)
 JK_SWEEP_KERNEL(uint64_t, u64, 256, 8)
+JK_SWEEP_KERNEL(uint32_t, u32, 1024, 16)
+JK_SWEEP_KERNEL(uint64_t, u64, 1024, 16)
 JK_SWEEP_KERNEL(uint32_t, u32, 1024, 8)
 JK_SWEEP_KERNEL(uint64_t, u64, 1024, 8)
-JK_SWEEP_KERNEL(uint32_t, u32, 1024, 4)
-JK_SWEEP_KERNEL(uint64_t, u64, 1024, 4)
 
 JK_PARTITION_KERNELS(uint32_t, u32, 256)
 JK_PARTITION_KERNELS(uint64_t, u64, 256)

@@ -7,9 +7,8 @@
 //! neither each other nor the inputs.
 //!
 //! Kernels (`kernels/partition.cu`): a per-chunk histogram of the digits, a per-digit scan of
-//! those histograms, and a scatter that ranks each tile of up to 4096 rows stably in shared
-//! memory and writes each partition's run of the tile contiguously, while the next tile's keys
-//! and columns stream into shared memory (cp.async). The grid is as many blocks as fit the
+//! those histograms, and a scatter that copies each tile of up to 8192 rows into shared memory
+//! (cp.async), ranks it stably and writes each partition's run of the tile contiguously. The grid is as many blocks as fit the
 //! device at once (occupancy × SM count), each owning one contiguous chunk of rows, so the
 //! histogram is `fanout × blocks` counters, not one per tile. Columns that do not fit one
 //! launch's shared memory go to further launches over the same histogram.
@@ -341,39 +340,43 @@ fn bucket_name(radix: u32, key_bits: u32) -> &'static str {
     }
 }
 
-/// Chunks are whole multiples of every tile size (the largest is 4096 rows), so that one
+/// Chunks are whole multiples of every tile size (the largest is 8192 rows), so that one
 /// histogram serves every scatter launch of a pass.
-const CHUNK_ALIGN: u64 = 4096;
+const CHUNK_ALIGN: u64 = 8192;
 
-/// Shared memory for the scatter's two prefetched tiles (keys and the moved columns): 64 KiB
-/// leaves room for two blocks per SM next to the ranking's own arrays.
+/// Shared memory for the scatter's tile (keys and the moved columns). Measured on an H200
+/// (docs/results/primitives.md): the largest tile that fits this wins, because each digit's run
+/// in a tile is what the writes coalesce over; 64 KiB leaves room for two blocks per SM next to
+/// the ranking's arrays. Double-buffering the tiles instead (half the rows) was slower.
 const SWEEP_TILE_BYTES: usize = 64 << 10;
 
 /// A scatter kernel (fan-out class and rows per thread) and its shared memory.
 #[derive(Debug, Clone, Copy)]
 struct Sweep {
     name: &'static str,
-    /// Dynamic shared memory: two tiles of `row_bytes`.
+    /// Dynamic shared memory: one tile of `row_bytes` rows.
     smem: usize,
 }
 
 impl Sweep {
-    /// The largest tile whose two prefetch buffers fit [`SWEEP_TILE_BYTES`] for rows of
-    /// `row_bytes` (key plus columns read from memory); `None` when even the smallest does not.
+    /// The largest tile that fits [`SWEEP_TILE_BYTES`] for rows of `row_bytes` (key plus
+    /// columns read from memory); `None` when even the smallest (2048 rows) does not.
     fn pick(radix: u32, key_bits: u32, row_bytes: usize) -> Option<Sweep> {
-        let options: [(u32, &str, &str); 2] = if radix == 256 {
-            [
+        // (rows per thread, kernel for u32 keys, for u64 keys), largest tile first.
+        let kernels: &[(u32, &'static str, &'static str)] = if radix == 256 {
+            &[
+                (32, "part_sweep256x32_u32", "part_sweep256x32_u64"),
                 (16, "part_sweep256x16_u32", "part_sweep256x16_u64"),
                 (8, "part_sweep256x8_u32", "part_sweep256x8_u64"),
             ]
         } else {
-            [
+            &[
+                (16, "part_sweep1024x16_u32", "part_sweep1024x16_u64"),
                 (8, "part_sweep1024x8_u32", "part_sweep1024x8_u64"),
-                (4, "part_sweep1024x4_u32", "part_sweep1024x4_u64"),
             ]
         };
-        options.into_iter().find_map(|(items, n32, n64)| {
-            let smem = 2 * (THREADS * items) as usize * row_bytes;
+        kernels.iter().find_map(|&(items, n32, n64)| {
+            let smem = (THREADS * items) as usize * row_bytes;
             (smem <= SWEEP_TILE_BYTES).then_some(Sweep {
                 name: if key_bits == 32 { n32 } else { n64 },
                 smem,
