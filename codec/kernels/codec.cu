@@ -11,9 +11,11 @@
 // headers are built on the host (they depend only on counts) and scattered by `copy_segments`.
 //
 // Decode: the host has validated every stream header and offset table; `decode_chunks`
-// re-checks the chunk's offsets, validates the chunk header and checksum before reading any
-// stream, and checks the RLE run sums; a failing chunk records (global chunk << 8 | fault code)
-// with atomicMin in `err` and writes nothing more.
+// re-checks the chunk's offsets, reads the chunk once into shared memory while summing its
+// checksum, validates the chunk header and checksum before writing any output, and checks the
+// RLE run sums; a failing chunk records (global chunk << 8 | fault code) with atomicMin in `err`
+// and writes nothing more (a chunk failing its run sums may have written nothing either: the
+// check comes before its outermost layer writes).
 #include <stdint.h>
 #include "joinkit/device.cuh"
 #include "joinkit/hash.cuh"
@@ -89,14 +91,29 @@ __device__ __forceinline__ uint64_t block_reduce(uint64_t v, uint64_t* red, Op o
   __syncthreads();
   return r;
 }
-__device__ __forceinline__ uint64_t block_min(uint64_t v, uint64_t* red) {
-  return block_reduce(v, red, [](uint64_t a, uint64_t b) { return umin(a, b); });
-}
-__device__ __forceinline__ uint64_t block_max(uint64_t v, uint64_t* red) {
-  return block_reduce(v, red, [](uint64_t a, uint64_t b) { return umax(a, b); });
-}
 __device__ __forceinline__ uint64_t block_sum(uint64_t v, uint64_t* red) {
   return block_reduce(v, red, [](uint64_t a, uint64_t b) { return a + b; });
+}
+// Block-wide minimum of `lo` and maximum of `hi` in one pass (two barriers, not four).
+// `red` and `red2` need 32 words each.
+__device__ __forceinline__ void block_minmax(uint64_t& lo, uint64_t& hi, uint64_t* red,
+                                             uint64_t* red2) {
+  for (int d = 16; d > 0; d >>= 1) {
+    lo = umin(lo, __shfl_xor_sync(joinkit::kFullMask, lo, d));
+    hi = umax(hi, __shfl_xor_sync(joinkit::kFullMask, hi, d));
+  }
+  if (joinkit::lane_id() == 0) {
+    red[joinkit::warp_id()] = lo;
+    red2[joinkit::warp_id()] = hi;
+  }
+  __syncthreads();
+  lo = red[0];
+  hi = red2[0];
+  for (unsigned w = 1; w < (blockDim.x + 31) / 32; ++w) {
+    lo = umin(lo, red[w]);
+    hi = umax(hi, red2[w]);
+  }
+  __syncthreads();  // red and red2 may be written again
 }
 
 // Packs `count` values get(i) of w bits into dst[0 .. packed_words(count, w)), one thread per
@@ -126,31 +143,29 @@ __device__ __forceinline__ void pack_words(uint64_t* dst, uint64_t at, uint64_t 
 struct BlockState {
   uint64_t scan[joinkit::kWarpSize + 1];
   uint64_t red[32];
+  uint64_t red2[32];
   uint64_t hdr[3 + kMaxLayers];
   // Decode: the chunk's parsed header.
   uint64_t fault;
-  uint64_t chunk_off, chunk_len, n, buffer, chunk;
   uint64_t mode, fw, fmin, fcount, foff;
   uint64_t lcount[kMaxLayers], lwidth[kMaxLayers], lvalue[kMaxLayers], loff[kMaxLayers];
 };
 
-// A chunk kernel's dynamic shared memory (two value buffers and one index buffer of a chunk
-// each) and per-thread shape: `ipt` consecutive items per thread.
+// The encode kernel's dynamic shared memory: two value buffers and one run-start buffer of a
+// chunk each (u16 starts suffice, they are below cv <= 8192).
 template <typename U>
 struct Stage {
   static constexpr uint32_t kBits = sizeof(U) * 8;
   U* a;
   U* b;
-  uint32_t* s;
+  uint16_t* s;
   U flip;
-  uint32_t ipt;
   __device__ Stage(uint32_t cv, uint32_t is_signed) {
     extern __shared__ __align__(16) unsigned char dyn[];
     a = reinterpret_cast<U*>(dyn);
     b = a + cv;
-    s = reinterpret_cast<uint32_t*>(b + cv);
+    s = reinterpret_cast<uint16_t*>(b + cv);
     flip = is_signed ? static_cast<U>(U(1) << (kBits - 1)) : U(0);
-    ipt = (cv + blockDim.x - 1) / blockDim.x;
   }
 };
 
@@ -166,11 +181,70 @@ __device__ __forceinline__ uint32_t find_buffer(const uint64_t* chunk_base, uint
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rows: the chunk kernels' item layout
+// ---------------------------------------------------------------------------------------------
+//
+// A block of cv / IPT threads covers a chunk once, IPT items per thread in warp-contiguous rows:
+// row j of warp w holds items (w * IPT + j) * 32 + lane, so a row is 32 consecutive values
+// (coalesced global accesses, conflict-free shared accesses) and a scan over rows is in item
+// order. IPT is 8 (blocks of 32..512 threads for cv = 256..4096) or 16 for cv = 8192 (the
+// `*_wide_*` entry points), so no block exceeds 512 threads and the register caps of
+// __launch_bounds__(512, k*MinBlocks) hold for every launch.
+
+constexpr uint32_t kMaxThreads = 512;
+
+#ifndef JOINKIT_CODEC_DECODE_MIN_BLOCKS
+#define JOINKIT_CODEC_DECODE_MIN_BLOCKS 3
+#endif
+// Blocks of 512 threads per SM the decode kernels' registers must allow: 3 caps them at 40
+// (u64 cv = 4096 also fits 3 blocks' shared memory on an H100/H200). Override with
+// JOINKIT_NVCC_FLAGS=-DJOINKIT_CODEC_DECODE_MIN_BLOCKS=2 to compare.
+constexpr int kDecodeMinBlocks = JOINKIT_CODEC_DECODE_MIN_BLOCKS;
+#ifndef JOINKIT_CODEC_ENCODE_MIN_BLOCKS
+#define JOINKIT_CODEC_ENCODE_MIN_BLOCKS 3
+#endif
+// The same for the encode kernels: 3 caps them at 40 registers, and u64 chunks of 4096 fit 3
+// blocks' shared memory (2 x 32 KB values + 8 KB u16 run starts each) on an H100/H200.
+constexpr int kEncodeMinBlocks = JOINKIT_CODEC_ENCODE_MIN_BLOCKS;
+
+template <uint32_t IPT>
+__device__ __forceinline__ uint32_t row_item(uint32_t j) {
+  return (joinkit::warp_id() * IPT + j) * joinkit::kWarpSize + joinkit::lane_id();
+}
+
+// Inclusive scan of the thread's row items v[] in item order across the block; every thread gets
+// the block total. `wt` holds one T per warp (at most 32 warps). One barrier inside; the caller
+// passes another barrier before `wt` is written again (each call site does).
+template <uint32_t IPT, typename T>
+__device__ __forceinline__ T block_scan_rows(T (&v)[IPT], T* wt) {
+  T carry = 0;
+#pragma unroll
+  for (uint32_t j = 0; j < IPT; ++j) {
+    const T x = joinkit::warp_inclusive_scan(v[j]);
+    v[j] = x + carry;
+    carry += __shfl_sync(joinkit::kFullMask, x, joinkit::kWarpSize - 1);
+  }
+  if (joinkit::lane_id() == 0) wt[joinkit::warp_id()] = carry;
+  __syncthreads();
+  T before = 0, total = 0;
+  const uint32_t warps = blockDim.x / joinkit::kWarpSize;
+  for (uint32_t w = 0; w < warps; ++w) {
+    const T x = wt[w];
+    if (w < joinkit::warp_id()) before += x;
+    total += x;
+  }
+#pragma unroll
+  for (uint32_t j = 0; j < IPT; ++j) v[j] += before;
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Encode
 // ---------------------------------------------------------------------------------------------
 
 // desc: 4 words per buffer: [input offset (values), values, unused, unused].
-template <typename U>
+// Block: cv / IPT threads (rows, above).
+template <typename U, uint32_t IPT>
 __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t* chunk_base,
                               uint32_t nbuf, uint64_t total_chunks, uint32_t cv, uint64_t layers,
                               uint32_t nl, uint32_t is_signed, uint64_t* slots,
@@ -179,9 +253,9 @@ __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t*
   const Stage<U> sg(cv, is_signed);
   U* const bufA = sg.a;
   U* const bufB = sg.b;
-  uint32_t* const S = sg.s;
+  uint16_t* const S = sg.s;
   const U flip = sg.flip;
-  const uint32_t ipt = sg.ipt, t = threadIdx.x, bits = Stage<U>::kBits;
+  const uint32_t t = threadIdx.x, bits = Stage<U>::kBits;
 
   for (uint64_t g = blockIdx.x; g < total_chunks; g += gridDim.x) {
     __syncthreads();  // the previous chunk is done with shared memory
@@ -205,31 +279,34 @@ __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t*
     for (uint32_t l = 0; l < nl && !raw; ++l) {
       const uint32_t kind = static_cast<uint32_t>((layers >> (8 * l)) & 0xff);
       if (kind == kLayerRle) {
-        uint32_t cnt = 0;
-        for (uint32_t j = 0; j < ipt; ++j) {
-          const uint64_t i = static_cast<uint64_t>(t) * ipt + j;
-          if (i < m && (i == 0 || cur[i] != cur[i - 1])) ++cnt;
+        // Run starts in rows (conflict-free reads of each item and its left neighbour); the
+        // scan numbers them, and each start writes its run's value and start.
+        uint32_t f[IPT];
+        uint32_t starts = 0;  // bit j: row item j starts a run
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t i = row_item<IPT>(j);
+          const bool s = i < m && (i == 0 || cur[i] != cur[i - 1]);
+          f[j] = s ? 1u : 0u;
+          starts |= static_cast<uint32_t>(s) << j;
         }
-        uint64_t total;
-        uint64_t off = joinkit::block_exclusive_scan<uint64_t>(cnt, st.scan, &total);
-        for (uint32_t j = 0; j < ipt; ++j) {
-          const uint64_t i = static_cast<uint64_t>(t) * ipt + j;
-          if (i < m && (i == 0 || cur[i] != cur[i - 1])) {
-            oth[off] = cur[i];
-            S[off] = static_cast<uint32_t>(i);
-            ++off;
+        const uint64_t r = block_scan_rows(f, reinterpret_cast<uint32_t*>(st.scan));
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          if ((starts >> j) & 1u) {
+            const uint32_t i = row_item<IPT>(j);
+            oth[f[j] - 1] = cur[i];
+            S[f[j] - 1] = static_cast<uint16_t>(i);
           }
         }
-        __syncthreads();
-        const uint64_t r = total;
+        __syncthreads();  // oth and S are complete (and st.scan is free again)
         uint64_t lo = ~0ull, hi = 0;
         for (uint64_t q = t; q < r; q += blockDim.x) {
           const uint64_t len = (q + 1 < r ? S[q + 1] : m) - S[q];
           lo = umin(lo, len);
           hi = umax(hi, len);
         }
-        lo = block_min(lo, st.red);
-        hi = block_max(hi, st.red);
+        block_minmax(lo, hi, st.red, st.red2);
         const uint32_t w = bit_width(hi - lo);
         const uint64_t nw = packed_words(r, w);
         if (used + nw > rawn) {
@@ -264,8 +341,7 @@ __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t*
         lo = umin(lo, cur[i]);
         hi = umax(hi, cur[i]);
       }
-      lo = block_min(lo, st.red);
-      hi = block_max(hi, st.red);
+      block_minmax(lo, hi, st.red, st.red2);
       fw = bit_width(hi - lo);
       const uint64_t nw = packed_words(m, fw);
       if (used + nw >= rawn) {
@@ -320,28 +396,61 @@ __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t*
 // ---------------------------------------------------------------------------------------------
 // Decode
 // ---------------------------------------------------------------------------------------------
+//
+// One read of the compressed data: the block copies the chunk's words into shared memory (W)
+// and sums their checksum terms in the same pass; thread 0 then validates the header, the length
+// and the checksum from W (format.rs's order) before any output is written. The layers then read
+// only W (run lengths, the final stream, unpacked on demand) and one value buffer A, and the
+// outermost layer writes straight to global memory.
+//
+// Run index q[j] of each row item (meaningful where the item < count). S holds the r strictly
+// increasing run starts (S[0] = 0, all < count). The warp's first item finds its run by binary
+// search. After that, `prev` is the run of the previous row's last item, so the runs starting
+// inside a row of 32 items are among the 32 runs after `prev` (starts strictly increase): one
+// shared load per lane and an OR of their positions give every lane its run without a search.
+template <uint32_t IPT>
+__device__ __forceinline__ void find_runs(const uint16_t* S, uint32_t r, uint32_t count,
+                                          uint32_t (&q)[IPT]) {
+  const uint32_t lane = joinkit::lane_id();
+  const uint32_t base0 = joinkit::warp_id() * IPT * joinkit::kWarpSize;
+  uint32_t prev = 0;
+  if (base0 < count) {  // warp-uniform; the run of item base0: last q with S[q] <= base0
+    uint32_t lo = 0, hi = r;
+    while (hi - lo > 1) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (S[mid] <= base0) lo = mid; else hi = mid;
+    }
+    prev = lo;
+  }
+#pragma unroll
+  for (uint32_t j = 0; j < IPT; ++j) {
+    const uint32_t base = base0 + j * joinkit::kWarpSize;
+    const uint32_t cand = prev + 1 + lane;
+    uint32_t bit = 0;
+    if (base < count && cand < r) {
+      const int p = static_cast<int>(S[cand]) - static_cast<int>(base);
+      if (p >= 0 && p < joinkit::kWarpSize) bit = 1u << p;
+    }
+#if __CUDA_ARCH__ >= 800
+    const uint32_t starts = __reduce_or_sync(joinkit::kFullMask, bit);
+#else
+    uint32_t starts = bit;
+    for (int d = 16; d > 0; d >>= 1) starts |= __shfl_xor_sync(joinkit::kFullMask, starts, d);
+#endif
+    q[j] = prev + __popc(starts << (31 - lane));  // runs starting at or before this item
+    prev = __shfl_sync(joinkit::kFullMask, q[j], joinkit::kWarpSize - 1);
+  }
+}
 
-// Thread 0: checks chunk c's offsets and header (the rules of format.rs chunk_range and
-// chunk_layout, in the same order) and fills `st`; st.fault = 0 when valid.
-__device__ void parse_chunk(const uint64_t* stream, uint64_t total, uint64_t nvals, uint32_t cv,
-                            uint64_t c, uint64_t layers, uint32_t nl, uint32_t bits,
+// Thread 0: checks chunk c's header and length from its staged words W[0 .. len) (the rules of
+// format.rs chunk_layout, in the same order), then its checksum (`sum`: the terms of every word
+// but word 1), and fills `st`; st.fault = 0 when valid. The offsets were checked already.
+__device__ void parse_chunk(const uint64_t* W, uint64_t len, uint64_t n, uint64_t c,
+                            uint64_t sum, uint64_t layers, uint32_t nl, uint32_t bits,
                             BlockState& st) {
   st.fault = 0;
-  const uint64_t chunks = (nvals + cv - 1) / cv;
-  const uint64_t n = umin(cv, nvals - c * cv);
-  st.n = n;
-  const uint64_t a = stream[kHeaderWords + c];
-  const uint64_t b = stream[kHeaderWords + c + 1];
-  if (a < kHeaderWords + chunks + 1 || b <= a || b > total || b - a > raw_words(cv, bits)) {
-    st.fault = kFaultOffset;
-    return;
-  }
-  const uint64_t* w = stream + a;
-  const uint64_t len = b - a;
-  st.chunk_off = a;
-  st.chunk_len = len;
   if (len < 2) { st.fault = kFaultLength; return; }
-  const uint64_t w0 = w[0];
+  const uint64_t w0 = W[0];
   const uint64_t mode = (w0 >> 32) & 0xff;
   const uint64_t fw = (w0 >> 40) & 0xff;
   if ((w0 & 0xffffffffull) != n || mode > kModeCascaded || (w0 >> 48) != 0 || fw > bits) {
@@ -352,168 +461,190 @@ __device__ void parse_chunk(const uint64_t* stream, uint64_t total, uint64_t nva
   st.fw = fw;
   if (mode == kModeRaw) {
     if (fw != bits) { st.fault = kFaultHeader; return; }
-    if (len != raw_words(n, bits)) st.fault = kFaultLength;
-    return;
-  }
-  const uint64_t head = 3 + nl;
-  if (len < head) { st.fault = kFaultLength; return; }
-  const uint64_t vmask = value_mask(bits);
-  uint64_t m = n;
-  uint64_t at = head;
-  for (uint32_t l = 0; l < nl; ++l) {
-    const uint64_t hw = w[2 + l];
-    if (((layers >> (8 * l)) & 0xff) == kLayerRle) {
-      const uint64_t r = hw & 0xffffffffull;
-      const uint64_t lw = (hw >> 32) & 0xff;
-      const uint64_t mn = hw >> 40;
-      if (r == 0 || r > m || lw > 32 || mn == 0 || mn > m) { st.fault = kFaultHeader; return; }
-      st.lcount[l] = r;
-      st.lwidth[l] = lw;
-      st.lvalue[l] = mn;
-      st.loff[l] = at;
-      at += packed_words(r, static_cast<uint32_t>(lw));
-      m = r;
-    } else {
-      if (hw & ~vmask) { st.fault = kFaultHeader; return; }
-      st.lcount[l] = m;
-      st.lwidth[l] = 0;
-      st.lvalue[l] = hw;
-      st.loff[l] = 0;
+    if (len != raw_words(n, bits)) { st.fault = kFaultLength; return; }
+  } else {
+    const uint64_t head = 3 + nl;
+    if (len < head) { st.fault = kFaultLength; return; }
+    const uint64_t vmask = value_mask(bits);
+    uint64_t m = n;
+    uint64_t at = head;
+    for (uint32_t l = 0; l < nl; ++l) {
+      const uint64_t hw = W[2 + l];
+      if (((layers >> (8 * l)) & 0xff) == kLayerRle) {
+        const uint64_t r = hw & 0xffffffffull;
+        const uint64_t lw = (hw >> 32) & 0xff;
+        const uint64_t mn = hw >> 40;
+        if (r == 0 || r > m || lw > 32 || mn == 0 || mn > m) { st.fault = kFaultHeader; return; }
+        st.lcount[l] = r;
+        st.lwidth[l] = lw;
+        st.lvalue[l] = mn;
+        st.loff[l] = at;
+        at += packed_words(r, static_cast<uint32_t>(lw));
+        m = r;
+      } else {
+        if (hw & ~vmask) { st.fault = kFaultHeader; return; }
+        st.lcount[l] = m;
+        st.lwidth[l] = 0;
+        st.lvalue[l] = hw;
+        st.loff[l] = 0;
+      }
     }
+    const uint64_t fmin = W[2 + nl];
+    if (fmin & ~vmask) { st.fault = kFaultHeader; return; }
+    st.fmin = fmin;
+    st.fcount = m;
+    st.foff = at;
+    if (at + packed_words(m, static_cast<uint32_t>(fw)) != len) { st.fault = kFaultLength; return; }
   }
-  const uint64_t fmin = w[2 + nl];
-  if (fmin & ~vmask) { st.fault = kFaultHeader; return; }
-  st.fmin = fmin;
-  st.fcount = m;
-  st.foff = at;
-  if (at + packed_words(m, static_cast<uint32_t>(fw)) != len) st.fault = kFaultLength;
+  if (finish_checksum(sum, c, len) != W[1]) st.fault = kFaultChecksum;
 }
 
 // desc: 8 words per buffer: [stream start (words), stream length, output offset (values),
 // values, unused, scheme layers word, layer count, unused].
-template <typename U>
+// Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits), A (cv values), S (cv
+// run starts; u16 suffices, starts are below cv <= 8192). Block: cv / IPT threads.
+template <typename U, uint32_t IPT>
 __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
                               const uint64_t* chunk_base, uint32_t nbuf, uint64_t total_chunks,
                               uint32_t cv, uint32_t is_signed, U* out, uint64_t* err) {
+  constexpr uint32_t bits = sizeof(U) * 8;
   __shared__ BlockState st;
-  const Stage<U> sg(cv, is_signed);
-  U* const bufA = sg.a;
-  U* const bufB = sg.b;
-  uint32_t* const S = sg.s;
-  const U flip = sg.flip;
-  const uint32_t ipt = sg.ipt, t = threadIdx.x, bits = Stage<U>::kBits;
+  extern __shared__ __align__(16) unsigned char dyn[];
+  uint64_t* const W = reinterpret_cast<uint64_t*>(dyn);
+  U* const A = reinterpret_cast<U*>(W + raw_words(cv, bits));
+  uint16_t* const S = reinterpret_cast<uint16_t*>(A + cv);
+  const U flip = is_signed ? static_cast<U>(U(1) << (bits - 1)) : U(0);
+  const uint32_t t = threadIdx.x;
+  auto fail = [&](uint64_t g, uint32_t code) {
+    if (t == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | code);
+  };
 
   for (uint64_t g = blockIdx.x; g < total_chunks; g += gridDim.x) {
-    __syncthreads();
+    // Every thread reads the descriptor and the offsets itself (broadcast loads, issued before
+    // the barrier so they overlap the previous chunk's tail): no barrier to share them.
     const uint32_t k = find_buffer(chunk_base, nbuf, g);
     const uint64_t* d = desc + 8 * k;
     const uint64_t* stream = enc + d[0];
     const uint64_t c = g - chunk_base[k];
+    const uint64_t nvals = d[3];
     const uint64_t layers = d[5];
     const uint32_t nl = static_cast<uint32_t>(d[6]);
-    if (t == 0) parse_chunk(stream, d[1], d[3], cv, c, layers, nl, bits, st);
-    __syncthreads();
-    if (st.fault != 0) {
-      if (t == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | st.fault);
+    const uint64_t chunks = (nvals + cv - 1) / cv;
+    const uint32_t n = static_cast<uint32_t>(umin(cv, nvals - c * cv));
+    const uint64_t a = stream[kHeaderWords + c];
+    const uint64_t b = stream[kHeaderWords + c + 1];
+    U* const dst = out + d[2] + c * cv;
+    __syncthreads();  // the previous chunk is done with shared memory (W, A, S, st)
+    // Offsets (format.rs chunk_range); uniform, so every thread takes the same branch.
+    if (a < kHeaderWords + chunks + 1 || b <= a || b > d[1] || b - a > raw_words(cv, bits)) {
+      fail(g, kFaultOffset);
       continue;
     }
-    const uint64_t* w = stream + st.chunk_off;
-    const uint64_t len = st.chunk_len;
-    const uint64_t n = st.n;
-    U* dst = out + d[2] + c * cv;
-
+    const uint64_t len = b - a;  // at most raw_words(cv): fits W
+    const uint64_t* w = stream + a;
     uint64_t acc = 0;
-    for (uint64_t j = t; j < len; j += blockDim.x)
-      if (j != 1) acc += word_term(w[j], j);
-    const uint64_t sum = block_sum(acc, st.red);
-    if (finish_checksum(sum, c, len) != w[1]) {
-      if (t == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | kFaultChecksum);
+    for (uint64_t j = t; j < len; j += blockDim.x) {
+      const uint64_t x = w[j];
+      W[j] = x;
+      if (j != 1) acc += word_term(x, j);
+    }
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(joinkit::kFullMask, acc, s);
+    if (joinkit::lane_id() == 0) st.red[joinkit::warp_id()] = acc;
+    __syncthreads();  // W and the warps' checksum sums are complete
+    if (t == 0) {
+      uint64_t sum = 0;
+      for (uint32_t x = 0; x < blockDim.x / joinkit::kWarpSize; ++x) sum += st.red[x];
+      parse_chunk(W, len, n, c, sum, layers, nl, bits, st);
+    }
+    __syncthreads();  // st is filled
+    if (st.fault != 0) {
+      fail(g, static_cast<uint32_t>(st.fault));
       continue;
     }
     if (st.mode == kModeRaw) {
-      const U* vals = reinterpret_cast<const U*>(w + 2);
-      for (uint64_t i = t; i < n; i += blockDim.x) dst[i] = vals[i];
+      const U* vals = reinterpret_cast<const U*>(W + 2);
+      for (uint32_t i = t; i < n; i += blockDim.x) dst[i] = vals[i];
       continue;
     }
 
-    const uint64_t* fs = w + st.foff;
+    const uint64_t* const F = W + st.foff;
     const uint32_t fw = static_cast<uint32_t>(st.fw);
     const U fmin = static_cast<U>(st.fmin);
-    uint64_t m = st.fcount;
-    for (uint64_t i = t; i < m; i += blockDim.x)
-      bufA[i] = static_cast<U>(fmin + static_cast<U>(unpack(fs, i, fw)));
-    __syncthreads();
-    U* cur = bufA;
-    U* oth = bufB;
+    auto final_value = [&](uint32_t q) -> U {
+      return static_cast<U>(fmin + static_cast<U>(unpack(F, q, fw)));
+    };
+    uint32_t m = static_cast<uint32_t>(st.fcount);
+    if (nl == 0) {  // bitpacking only: m == n
+      for (uint32_t i = t; i < m; i += blockDim.x) dst[i] = final_value(i) ^ flip;
+      continue;
+    }
     bool bad = false;
     for (int l = static_cast<int>(nl) - 1; l >= 0; --l) {
+      const bool first = l == static_cast<int>(nl) - 1;  // input: the final stream, from W
+      const bool last = l == 0;                         // output: global memory, else A
       if (((layers >> (8 * l)) & 0xff) == kLayerDelta) {
-        U s = 0;
-        for (uint32_t j = 0; j < ipt; ++j) {
-          const uint64_t i = static_cast<uint64_t>(t) * ipt + j;
-          if (i < m) s += unzigzag(cur[i]);
+        U v[IPT];
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t i = row_item<IPT>(j);
+          v[j] = i < m ? unzigzag(first ? final_value(i) : A[i]) : U(0);
         }
-        U total;
-        U run = static_cast<U>(st.lvalue[l]) +
-                joinkit::block_exclusive_scan<U>(s, reinterpret_cast<U*>(st.scan), &total);
-        for (uint32_t j = 0; j < ipt; ++j) {
-          const uint64_t i = static_cast<uint64_t>(t) * ipt + j;
+        block_scan_rows(v, reinterpret_cast<U*>(st.scan));
+        const U base = static_cast<U>(st.lvalue[l]);
+        // In place: each thread writes only the items it read itself, so no barrier between.
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t i = row_item<IPT>(j);
           if (i < m) {
-            run += unzigzag(cur[i]);
-            cur[i] = run;
+            const U x = static_cast<U>(base + v[j]);
+            if (last) dst[i] = x ^ flip; else A[i] = x;
           }
         }
-        __syncthreads();
       } else {
-        const uint64_t before = l == 0 ? n : st.lcount[l - 1];
-        const uint64_t r = st.lcount[l];
-        const uint64_t* runs = w + st.loff[l];
+        const uint32_t before = l == 0 ? n : static_cast<uint32_t>(st.lcount[l - 1]);
+        const uint32_t r = static_cast<uint32_t>(st.lcount[l]);  // == m
+        const uint64_t* runs = W + st.loff[l];
         const uint32_t lw = static_cast<uint32_t>(st.lwidth[l]);
         const uint64_t mn = st.lvalue[l];
-        uint64_t s = 0;
-        for (uint32_t j = 0; j < ipt; ++j) {
-          const uint64_t q = static_cast<uint64_t>(t) * ipt + j;
-          if (q < r) s += mn + unpack(runs, q, lw);
+        uint64_t s[IPT];
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t q = row_item<IPT>(j);
+          s[j] = q < r ? mn + unpack(runs, q, lw) : 0;
         }
-        uint64_t total;
-        uint64_t start = joinkit::block_exclusive_scan<uint64_t>(s, st.scan, &total);
-        if (total != before) {  // uniform: every thread has the same total
+        if (block_scan_rows(s, st.scan) != before) {  // uniform: every thread has the total
           bad = true;
           break;
         }
-        for (uint32_t j = 0; j < ipt; ++j) {
-          const uint64_t q = static_cast<uint64_t>(t) * ipt + j;
-          if (q < r) {
-            S[q] = static_cast<uint32_t>(start);
-            start += mn + unpack(runs, q, lw);
+        // Run q + 1 starts where run q ends; the sum check bounds every start below `before`.
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t q = row_item<IPT>(j);
+          if (q + 1 < r) S[q + 1] = static_cast<uint16_t>(s[j]);
+        }
+        if (t == 0) S[0] = 0;
+        __syncthreads();  // S is complete
+        uint32_t q[IPT];
+        find_runs<IPT>(S, r, before, q);
+        U v[IPT];
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t i = row_item<IPT>(j);
+          v[j] = i < before ? (first ? final_value(q[j]) : A[q[j]]) : U(0);
+        }
+        if (!last && !first) __syncthreads();  // every thread has read A before it is overwritten
+#pragma unroll
+        for (uint32_t j = 0; j < IPT; ++j) {
+          const uint32_t i = row_item<IPT>(j);
+          if (i < before) {
+            if (last) dst[i] = v[j] ^ flip; else A[i] = v[j];
           }
         }
-        __syncthreads();
-        // Expand: item i takes the value of the last run starting at or before it.
-        const uint64_t i0 = static_cast<uint64_t>(t) * ipt;
-        if (i0 < before) {
-          uint64_t lo = 0, hi = r;  // last q with S[q] <= i0, in [lo, hi)
-          while (hi - lo > 1) {
-            const uint64_t mid = (lo + hi) / 2;
-            if (S[mid] <= i0) lo = mid; else hi = mid;
-          }
-          for (uint32_t j = 0; j < ipt; ++j) {
-            const uint64_t i = i0 + j;
-            if (i >= before) break;
-            while (lo + 1 < r && S[lo + 1] <= i) ++lo;
-            oth[i] = cur[lo];
-          }
-        }
-        __syncthreads();
-        U* x = cur; cur = oth; oth = x;
         m = before;
       }
+      if (!last) __syncthreads();  // A is complete for the next layer; S and st.scan are free
     }
-    if (bad) {
-      if (t == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | kFaultRuns);
-      continue;
-    }
-    for (uint64_t i = t; i < n; i += blockDim.x) dst[i] = cur[i] ^ flip;
+    if (bad) fail(g, kFaultRuns);
   }
 }
 
@@ -523,35 +654,37 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
 // Entry points (u32 serves u32 and i32, u64 serves u64 and i64; `is_signed` flips the sign bit).
 // ---------------------------------------------------------------------------------------------
 
-extern "C" __global__ void codec_encode_u32(const uint32_t* in, const uint64_t* desc,
-                                            const uint64_t* chunk_base, uint32_t nbuf,
-                                            uint64_t total_chunks, uint32_t cv, uint64_t layers,
-                                            uint32_t nl, uint32_t is_signed, uint64_t* slots,
-                                            uint64_t slot_words, uint64_t* sizes) {
-  encode_chunks<uint32_t>(in, desc, chunk_base, nbuf, total_chunks, cv, layers, nl, is_signed,
-                          slots, slot_words, sizes);
-}
-extern "C" __global__ void codec_encode_u64(const uint64_t* in, const uint64_t* desc,
-                                            const uint64_t* chunk_base, uint32_t nbuf,
-                                            uint64_t total_chunks, uint32_t cv, uint64_t layers,
-                                            uint32_t nl, uint32_t is_signed, uint64_t* slots,
-                                            uint64_t slot_words, uint64_t* sizes) {
-  encode_chunks<uint64_t>(in, desc, chunk_base, nbuf, total_chunks, cv, layers, nl, is_signed,
-                          slots, slot_words, sizes);
-}
+// Encode: `codec_encode_*` for cv <= 4096 (IPT 8), `codec_encode_wide_*` for cv = 8192 (IPT 16);
+// both run blocks of cv / IPT <= 512 threads.
+#define JOINKIT_CODEC_ENCODE(NAME, U, IPT, MIN_BLOCKS)                                        \
+  extern "C" __global__ void __launch_bounds__(kMaxThreads, MIN_BLOCKS)                       \
+      NAME(const U* in, const uint64_t* desc, const uint64_t* chunk_base, uint32_t nbuf,       \
+           uint64_t total_chunks, uint32_t cv, uint64_t layers, uint32_t nl, uint32_t is_signed, \
+           uint64_t* slots, uint64_t slot_words, uint64_t* sizes) {                            \
+    encode_chunks<U, IPT>(in, desc, chunk_base, nbuf, total_chunks, cv, layers, nl, is_signed,  \
+                          slots, slot_words, sizes);                                            \
+  }
+JOINKIT_CODEC_ENCODE(codec_encode_u32, uint32_t, 8, kEncodeMinBlocks)
+JOINKIT_CODEC_ENCODE(codec_encode_u64, uint64_t, 8, kEncodeMinBlocks)
+// cv = 8192 needs more shared memory than two blocks get anyway: no register cap beyond 512.
+JOINKIT_CODEC_ENCODE(codec_encode_wide_u32, uint32_t, 16, 1)
+JOINKIT_CODEC_ENCODE(codec_encode_wide_u64, uint64_t, 16, 1)
+#undef JOINKIT_CODEC_ENCODE
 
-extern "C" __global__ void codec_decode_u32(const uint64_t* enc, const uint64_t* desc,
-                                            const uint64_t* chunk_base, uint32_t nbuf,
-                                            uint64_t total_chunks, uint32_t cv,
-                                            uint32_t is_signed, uint32_t* out, uint64_t* err) {
-  decode_chunks<uint32_t>(enc, desc, chunk_base, nbuf, total_chunks, cv, is_signed, out, err);
-}
-extern "C" __global__ void codec_decode_u64(const uint64_t* enc, const uint64_t* desc,
-                                            const uint64_t* chunk_base, uint32_t nbuf,
-                                            uint64_t total_chunks, uint32_t cv,
-                                            uint32_t is_signed, uint64_t* out, uint64_t* err) {
-  decode_chunks<uint64_t>(enc, desc, chunk_base, nbuf, total_chunks, cv, is_signed, out, err);
-}
+// Decode: `codec_decode_*` for cv <= 4096 (IPT 8), `codec_decode_wide_*` for cv = 8192 (IPT 16);
+// both run blocks of cv / IPT <= 512 threads.
+#define JOINKIT_CODEC_DECODE(NAME, U, IPT, MIN_BLOCKS)                                         \
+  extern "C" __global__ void __launch_bounds__(kMaxThreads, MIN_BLOCKS)                  \
+      NAME(const uint64_t* enc, const uint64_t* desc, const uint64_t* chunk_base, uint32_t nbuf, \
+           uint64_t total_chunks, uint32_t cv, uint32_t is_signed, U* out, uint64_t* err) {      \
+    decode_chunks<U, IPT>(enc, desc, chunk_base, nbuf, total_chunks, cv, is_signed, out, err);   \
+  }
+JOINKIT_CODEC_DECODE(codec_decode_u32, uint32_t, 8, kDecodeMinBlocks)
+JOINKIT_CODEC_DECODE(codec_decode_u64, uint64_t, 8, kDecodeMinBlocks)
+// cv = 8192 needs more shared memory than two blocks get anyway: no register cap beyond 512.
+JOINKIT_CODEC_DECODE(codec_decode_wide_u32, uint32_t, 16, 1)
+JOINKIT_CODEC_DECODE(codec_decode_wide_u64, uint64_t, 16, 1)
+#undef JOINKIT_CODEC_DECODE
 
 // Moves every encoded chunk from its slot to its place in the output and writes its offset.
 // pos: exclusive scan of sizes over all chunks; start: each stream's first word in `out`.

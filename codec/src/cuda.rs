@@ -30,10 +30,31 @@ use crate::{check_bounds, check_ranges, value_bounds};
 
 static KERNELS: joinkit_cuda::KernelModule = joinkit_cuda::kernel_module!();
 
-/// Threads per block of the chunk kernels (chunks of fewer values use one thread per value).
-const CHUNK_BLOCK: u32 = 512;
-/// Static shared memory of the chunk kernels, rounded up (ptxas reports 960 bytes).
-const STATIC_SHARED: usize = 1024;
+/// Values per thread of the chunk kernels (`IPT` in codec.cu): `codec_{encode,decode}_*` for
+/// chunks of up to 4096 values, `codec_{encode,decode}_wide_*` for 8192, so blocks have at most
+/// 512 threads.
+const CHUNK_IPT: u32 = 8;
+const CHUNK_IPT_WIDE: u32 = 16;
+const WIDE_ABOVE: u32 = 4096;
+
+/// The encode (`encode = true`) or decode kernel for `bits`-bit values in chunks of `cv`, and
+/// its block size.
+fn chunk_kernel(encode: bool, bits: u32, cv: u32) -> (&'static str, u32) {
+    let wide = cv > WIDE_ABOVE;
+    let name = match (encode, wide, bits == 32) {
+        (true, false, true) => "codec_encode_u32",
+        (true, false, false) => "codec_encode_u64",
+        (true, true, true) => "codec_encode_wide_u32",
+        (true, true, false) => "codec_encode_wide_u64",
+        (false, false, true) => "codec_decode_u32",
+        (false, false, false) => "codec_decode_u64",
+        (false, true, true) => "codec_decode_wide_u32",
+        (false, true, false) => "codec_decode_wide_u64",
+    };
+    (name, cv / if wide { CHUNK_IPT_WIDE } else { CHUNK_IPT })
+}
+/// Static shared memory of the chunk kernels, rounded up (ptxas reports 1168 bytes).
+const STATIC_SHARED: usize = 1280;
 
 fn driver(op: &'static str) -> impl Fn(DriverError) -> Error {
     move |e| Error::Driver {
@@ -57,17 +78,16 @@ impl CodecScratch {
     }
 }
 
-/// Launch shape of a chunk kernel: one block per chunk (grid-stride over chunks, as many
-/// blocks as fit on the device), shared memory for two value buffers and one index buffer.
+/// Launch shape of a chunk kernel: one block of `block` threads per chunk (grid-stride over
+/// chunks, as many blocks as fit on the device), `smem` bytes of dynamic shared memory.
 fn chunk_config(
     backend: &CudaBackend,
     f: &CudaFunction,
     cv: u32,
-    value_bytes: usize,
+    block: u32,
+    smem: usize,
     chunks: u64,
 ) -> Result<LaunchConfig> {
-    let block = cv.min(CHUNK_BLOCK);
-    let smem = cv as usize * (2 * value_bytes + 4);
     let info = backend.info();
     if smem + STATIC_SHARED > info.max_shared_per_block_optin as usize {
         return Err(Error::InvalidArgument(format!(
@@ -219,13 +239,11 @@ pub fn plan_compress<'s, T: Element>(
     let desc_dev = backend.upload(&desc.max_len1())?;
 
     if chunks > 0 {
-        let name = if T::BITS == 32 {
-            "codec_encode_u32"
-        } else {
-            "codec_encode_u64"
-        };
+        let (name, block) = chunk_kernel(true, T::BITS, cv);
         let f = backend.function(&KERNELS, name)?;
-        let cfg = chunk_config(backend, &f, cv, T::BITS as usize / 8, chunks)?;
+        // Two value buffers and one u16 run-start buffer of a chunk each.
+        let smem = cv as usize * (2 * (T::BITS as usize / 8) + 2);
+        let cfg = chunk_config(backend, &f, cv, block, smem, chunks)?;
         let inp = input.device_ptr(backend.stream()).0;
         let (dp, cb, sz) = (
             desc_dev.device_ptr(),
@@ -512,19 +530,14 @@ pub fn finish_decompress<T: Element>(
         return Ok(plan.bounds.clone());
     }
     let err = backend.upload(&[u64::MAX])?;
-    let name = if T::BITS == 32 {
-        "codec_decode_u32"
-    } else {
-        "codec_decode_u64"
-    };
+    let cv = plan.chunk_values;
+    let (name, block) = chunk_kernel(false, T::BITS, cv);
     let f = backend.function(&KERNELS, name)?;
-    let cfg = chunk_config(
-        backend,
-        &f,
-        plan.chunk_values,
-        T::BITS as usize / 8,
-        plan.chunks,
-    )?;
+    // The chunk's words (a raw chunk is the longest valid one), one value buffer and one u16
+    // run-start buffer of a chunk each.
+    let smem = raw_chunk_words(u64::from(cv), T::BITS) as usize * 8
+        + cv as usize * (T::BITS as usize / 8 + 2);
+    let cfg = chunk_config(backend, &f, cv, block, smem, plan.chunks)?;
     let enc = encoded.device_ptr(backend.stream()).0;
     let op = out.device_ptr_mut(backend.stream()).0;
     let (dp, cb, ep) = (
@@ -539,8 +552,9 @@ pub fn finish_decompress<T: Element>(
     b.arg(&plan.chunk_values).arg(&signed).arg(&op).arg(&ep);
     // SAFETY: every stream's header and offset table were validated on the host against the
     // stream's range inside `encoded` (same length as planned); the kernel re-checks each
-    // chunk's offsets, header and checksum before reading it, and writes only its chunk's
-    // values at the stream's output offset, inside `out` (length checked).
+    // chunk's offsets (so the chunk fits its shared-memory copy) before reading it once, checks
+    // its header and checksum before decoding, and writes only its chunk's values at the
+    // stream's output offset, inside `out` (length checked).
     unsafe { b.launch(cfg) }.map_err(driver("launching codec_decode"))?;
     let fault = fetch(backend, &err)?[0];
     if fault != u64::MAX {

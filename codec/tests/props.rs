@@ -120,7 +120,7 @@ fn scheme() -> impl Strategy<Value = Scheme> {
 }
 
 fn options() -> impl Strategy<Value = CodecOptions> {
-    prop_oneof![Just(256u32), Just(512), Just(4096)]
+    prop_oneof![Just(256u32), Just(512), Just(1024), Just(4096), Just(8192)]
         .prop_map(|chunk_values| CodecOptions { chunk_values })
 }
 
@@ -309,7 +309,10 @@ fn check_corruption<T: Element>(test: &str) {
     runner(48)
         .run(&strategy, |(n, scheme, seed, at, xor, truncate)| {
             let data = sample::<T>(n, seed);
-            let opts = CodecOptions { chunk_values: 256 };
+            // Mostly small chunks (many per stream); sometimes the 4096 and 8192 decode kernels.
+            let opts = CodecOptions {
+                chunk_values: [256, 256, 4096, 8192][seed as usize % 4],
+            };
             let mut enc = cpu.compress(&data, &scheme, &opts).unwrap();
             if truncate {
                 enc.truncate(at % enc.len());
@@ -537,5 +540,114 @@ fn large_gpu() {
         let enc = g.compress(&r, &s, &opts).unwrap();
         let dec = g.decompress::<i32>(&enc).unwrap();
         assert!(g.download(&dec).unwrap() == g.download(&r).unwrap(), "{s}");
+    }
+}
+
+/// Column shapes for the decode paths (bit patterns): RLE runs spanning many warps, short runs
+/// with gaps (l_orderkey-like), mixed run lengths, one constant run, descending steps near the
+/// top of the range, and random values (raw chunks).
+#[cfg(feature = "cuda")]
+fn decode_shapes(n: usize) -> Vec<Vec<u64>> {
+    let h = |i: u64, s: u64| joinkit_cuda::hash::hash64(i, s);
+    let runs = |max_len: u64, max_gap: u64, start: u64, down: bool| {
+        let mut v = Vec::with_capacity(n);
+        let (mut k, mut i) = (start, 0u64);
+        while v.len() < n {
+            let rep = 1 + h(i, 11) % max_len;
+            v.extend(std::iter::repeat_n(k, rep as usize));
+            let gap = 1 + h(i, 12) % max_gap;
+            k = if down {
+                k.wrapping_sub(gap)
+            } else {
+                k.wrapping_add(gap)
+            };
+            i += 1;
+        }
+        v.truncate(n);
+        v
+    };
+    let mut mixed = Vec::with_capacity(n);
+    let mut i = 0u64;
+    while mixed.len() < n {
+        let rep = if i.is_multiple_of(4) {
+            1 + h(i, 13) % 2000
+        } else {
+            1
+        };
+        mixed.extend(std::iter::repeat_n(h(i, 14) % 5, rep as usize));
+        i += 1;
+    }
+    mixed.truncate(n);
+    vec![
+        runs(3000, 1000, 5, false),
+        runs(7, 4, 1, false),
+        mixed,
+        vec![0x8000_0000_0000_0001; n],
+        runs(3, 3, u64::MAX - 7, true),
+        (0..n as u64).map(|i| h(i, 15)).collect(),
+    ]
+}
+
+/// GPU only: every decode path (bitpacking only, RLE and Delta as the first, middle and last
+/// decoded layer, RLE after RLE, runs spanning many warps, one run per chunk) at every kernel
+/// shape (chunks of 256 to 8192 values), all four types, one stream and many buffers at odd
+/// output offsets, decoded into poisoned outputs; the GPU's words equal the CPU's.
+#[cfg(feature = "cuda")]
+#[test]
+fn decode_paths_gpu() {
+    let Some(g) = gpu("decode_paths_gpu") else {
+        return;
+    };
+    let cpu = CpuBackend::new();
+    let n = 20_011;
+    let schemes = [
+        "bp",
+        "rle+bp",
+        "delta+bp",
+        "rle+delta+bp",
+        "delta+rle+bp",
+        "rle+rle+bp",
+        "delta+delta+bp",
+        "rle+delta+rle+bp",
+        "delta+rle+delta+rle+bp",
+        "rle+rle+rle+delta+bp",
+    ];
+    let b = vec![0, 1, 4097, 4097, 9000, n];
+    for bits in decode_shapes(n) {
+        for cv in [256u32, 1024, 4096, 8192] {
+            let opts = CodecOptions { chunk_values: cv };
+            for s in schemes {
+                let scheme: Scheme = s.parse().unwrap();
+                macro_rules! check {
+                    ($t:ty) => {{
+                        let data: Vec<$t> = bits.iter().map(|&x| <$t>::from_bits(x)).collect();
+                        let what = format!("{s}, {}, chunks of {cv}", <$t>::NAME);
+                        let enc = cpu.compress(&data, &scheme, &opts).unwrap();
+                        let d = g.upload(&data).unwrap();
+                        let genc = g.compress(&d, &scheme, &opts).unwrap();
+                        assert!(g.download(&genc).unwrap() == enc, "{what}");
+                        assert!(
+                            gpu_decode_poisoned::<$t>(&g, &enc).unwrap() == data,
+                            "{what}"
+                        );
+                        let (many, ranges) = cpu.compress_many(&data, &b, &scheme, &opts).unwrap();
+                        let gm = g.upload(&many).unwrap();
+                        let mut out = g.alloc::<$t>(n).unwrap();
+                        g.fill(&mut out, <$t>::from_bits(joinkit_cuda::testing::POISON_U64))
+                            .unwrap();
+                        assert_eq!(
+                            g.decompress_many_into(&gm, &ranges, &mut out).unwrap(),
+                            b,
+                            "{what}"
+                        );
+                        assert!(g.download(&out).unwrap() == data, "{what}");
+                    }};
+                }
+                check!(u32);
+                check!(u64);
+                check!(i32);
+                check!(i64);
+            }
+        }
     }
 }
