@@ -403,43 +403,94 @@ __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t*
 // only W (run lengths, the final stream, unpacked on demand) and one value buffer A, and the
 // outermost layer writes straight to global memory.
 //
-// Run index q[j] of each row item (meaningful where the item < count). S holds the r strictly
-// increasing run starts (S[0] = 0, all < count). The warp's first item finds its run by binary
-// search. After that, `prev` is the run of the previous row's last item, so the runs starting
-// inside a row of 32 items are among the 32 runs after `prev` (starts strictly increase): one
-// shared load per lane and an OR of their positions give every lane its run without a search.
+// The cost per value is kept small: every layer touches only the rows that hold its `count`
+// items (an inner layer of 1024 runs keeps 4 of 16 warps busy, the rest skip it), bit fields
+// are cut from two or three 32-bit words with funnel shifts (positions are below 2^19: 32-bit
+// index math), run lengths are scanned in 32 bits, and an RLE layer finds each item's run with
+// one byte load, a ballot and a popcount (run starts flagged in a byte array), not by search.
+
+// Value q of a packed stream of w-bit values read as little-endian 32-bit words P (w <= 32 for
+// the 32-bit form, w <= 64 for the 64-bit one); `mask` = value_mask(w); q * w < 2^32. Reads up
+// to two 32-bit words past the stream's last word: inside the block's shared memory (W is
+// followed by A), and those bits are masked off.
+__device__ __forceinline__ uint32_t unpack_bits(const uint32_t* P, uint32_t q, uint32_t w,
+                                                uint32_t mask) {
+  const uint32_t pos = q * w;
+  const uint32_t i = pos >> 5;
+  return __funnelshift_r(P[i], P[i + 1], pos) & mask;  // the shift is taken mod 32
+}
+__device__ __forceinline__ uint64_t unpack_bits(const uint32_t* P, uint32_t q, uint32_t w,
+                                                uint64_t mask) {
+  const uint32_t pos = q * w;
+  const uint32_t i = pos >> 5;
+  const uint32_t a = P[i], b = P[i + 1], c = P[i + 2];
+  const uint64_t v = static_cast<uint64_t>(__funnelshift_r(b, c, pos)) << 32 |
+                     __funnelshift_r(a, b, pos);
+  return v & mask;
+}
+
+// The run of this lane's item in a row of 32 items, given whether the item starts a run and
+// `runs_before`, the runs that start before the row (advanced past the row's starts).
+__device__ __forceinline__ uint32_t next_run(bool starts_run, uint32_t& runs_before) {
+  const uint32_t starts = __ballot_sync(joinkit::kFullMask, starts_run);
+  const uint32_t lanes_le = 0xffffffffu >> (joinkit::kWarpSize - 1 - joinkit::lane_id());
+  const uint32_t q = runs_before + __popc(starts & lanes_le) - 1;
+  runs_before += __popc(starts);
+  return q;
+}
+
+// Rows of this warp that hold items below `count` (warp-uniform; 0..IPT).
 template <uint32_t IPT>
-__device__ __forceinline__ void find_runs(const uint16_t* S, uint32_t r, uint32_t count,
-                                          uint32_t (&q)[IPT]) {
-  const uint32_t lane = joinkit::lane_id();
+__device__ __forceinline__ uint32_t live_rows(uint32_t count) {
   const uint32_t base0 = joinkit::warp_id() * IPT * joinkit::kWarpSize;
-  uint32_t prev = 0;
-  if (base0 < count) {  // warp-uniform; the run of item base0: last q with S[q] <= base0
-    uint32_t lo = 0, hi = r;
-    while (hi - lo > 1) {
-      const uint32_t mid = (lo + hi) / 2;
-      if (S[mid] <= base0) lo = mid; else hi = mid;
-    }
-    prev = lo;
+  if (count <= base0) return 0;
+  const uint32_t rows = (count - base0 + joinkit::kWarpSize - 1) / joinkit::kWarpSize;
+  return rows < IPT ? rows : IPT;
+}
+
+// Given each warp's total `carry` (the same in all its lanes), returns the sum of the totals of
+// the warps before this one, and the block's total in `total`. One barrier inside; the caller
+// passes another before `wt` (one T per warp) is written again.
+template <typename T>
+__device__ __forceinline__ T warp_offset(T carry, T* wt, T& total) {
+  const uint32_t lane = joinkit::lane_id(), warp = joinkit::warp_id();
+  if (lane == 0) wt[warp] = carry;
+  __syncthreads();
+  const uint32_t warps = blockDim.x / joinkit::kWarpSize;
+  const T x = lane < warps ? wt[lane] : T(0);
+#if __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(T) == 4) {
+    total = __reduce_add_sync(joinkit::kFullMask, x);
+    return __reduce_add_sync(joinkit::kFullMask, lane < warp ? x : T(0));
   }
+#endif
+  const T incl = joinkit::warp_inclusive_scan(x);
+  total = __shfl_sync(joinkit::kFullMask, incl, joinkit::kWarpSize - 1);
+  return __shfl_sync(joinkit::kFullMask, incl - x, warp);
+}
+
+// block_scan_rows for the first `rows` rows of each warp (the others hold no items and keep
+// their values): inclusive scan in item order, every thread gets the block total. One barrier
+// inside; the caller passes another before `wt` is written again.
+template <uint32_t IPT, typename T>
+__device__ __forceinline__ T block_scan_live(T (&v)[IPT], uint32_t rows, T* wt) {
+  const uint32_t lane = joinkit::lane_id(), warp = joinkit::warp_id();
+  T carry = 0;
 #pragma unroll
   for (uint32_t j = 0; j < IPT; ++j) {
-    const uint32_t base = base0 + j * joinkit::kWarpSize;
-    const uint32_t cand = prev + 1 + lane;
-    uint32_t bit = 0;
-    if (base < count && cand < r) {
-      const int p = static_cast<int>(S[cand]) - static_cast<int>(base);
-      if (p >= 0 && p < joinkit::kWarpSize) bit = 1u << p;
+    if (j < rows) {
+      const T x = joinkit::warp_inclusive_scan(v[j]);
+      v[j] = x + carry;
+      carry += __shfl_sync(joinkit::kFullMask, x, joinkit::kWarpSize - 1);
     }
-#if __CUDA_ARCH__ >= 800
-    const uint32_t starts = __reduce_or_sync(joinkit::kFullMask, bit);
-#else
-    uint32_t starts = bit;
-    for (int d = 16; d > 0; d >>= 1) starts |= __shfl_xor_sync(joinkit::kFullMask, starts, d);
-#endif
-    q[j] = prev + __popc(starts << (31 - lane));  // runs starting at or before this item
-    prev = __shfl_sync(joinkit::kFullMask, q[j], joinkit::kWarpSize - 1);
   }
+  T total;
+  const T before = warp_offset(carry, wt, total);
+#pragma unroll
+  for (uint32_t j = 0; j < IPT; ++j) {
+    if (j < rows) v[j] += before;
+  }
+  return total;
 }
 
 // Thread 0: checks chunk c's header and length from its staged words W[0 .. len) (the rules of
@@ -501,20 +552,25 @@ __device__ void parse_chunk(const uint64_t* W, uint64_t len, uint64_t n, uint64_
 
 // desc: 8 words per buffer: [stream start (words), stream length, output offset (values),
 // values, unused, scheme layers word, layer count, unused].
-// Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits), A (cv values), S (cv
-// run starts; u16 suffices, starts are below cv <= 8192). Block: cv / IPT threads.
+// Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits), A (cv values), FL (run
+// start flags, one byte per value). Block: cv / IPT threads.
 template <typename U, uint32_t IPT>
 __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
                               const uint64_t* chunk_base, uint32_t nbuf, uint64_t total_chunks,
                               uint32_t cv, uint32_t is_signed, U* out, uint64_t* err) {
   constexpr uint32_t bits = sizeof(U) * 8;
+  constexpr uint32_t kWarpItems = IPT * joinkit::kWarpSize;  // items of one warp's rows
   __shared__ BlockState st;
   extern __shared__ __align__(16) unsigned char dyn[];
   uint64_t* const W = reinterpret_cast<uint64_t*>(dyn);
   U* const A = reinterpret_cast<U*>(W + raw_words(cv, bits));
-  uint16_t* const S = reinterpret_cast<uint16_t*>(A + cv);
+  uint8_t* const FL = reinterpret_cast<uint8_t*>(A + cv);
   const U flip = is_signed ? static_cast<U>(U(1) << (bits - 1)) : U(0);
   const uint32_t t = threadIdx.x;
+  const uint32_t lane = joinkit::lane_id(), warp = joinkit::warp_id();
+  const uint32_t warps = blockDim.x / joinkit::kWarpSize;
+  // Per RLE layer: the runs that start before each warp's first item (st.red2 is free here).
+  uint32_t* const wrun = reinterpret_cast<uint32_t*>(st.red2);
   auto fail = [&](uint64_t g, uint32_t code) {
     if (t == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | code);
   };
@@ -534,26 +590,26 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
     const uint64_t a = stream[kHeaderWords + c];
     const uint64_t b = stream[kHeaderWords + c + 1];
     U* const dst = out + d[2] + c * cv;
-    __syncthreads();  // the previous chunk is done with shared memory (W, A, S, st)
+    __syncthreads();  // the previous chunk is done with shared memory (W, A, FL, st)
     // Offsets (format.rs chunk_range); uniform, so every thread takes the same branch.
     if (a < kHeaderWords + chunks + 1 || b <= a || b > d[1] || b - a > raw_words(cv, bits)) {
       fail(g, kFaultOffset);
       continue;
     }
-    const uint64_t len = b - a;  // at most raw_words(cv): fits W
+    const uint32_t len = static_cast<uint32_t>(b - a);  // at most raw_words(cv): fits W
     const uint64_t* w = stream + a;
     uint64_t acc = 0;
-    for (uint64_t j = t; j < len; j += blockDim.x) {
+    for (uint32_t j = t; j < len; j += blockDim.x) {
       const uint64_t x = w[j];
       W[j] = x;
       if (j != 1) acc += word_term(x, j);
     }
     for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(joinkit::kFullMask, acc, s);
-    if (joinkit::lane_id() == 0) st.red[joinkit::warp_id()] = acc;
+    if (lane == 0) st.red[warp] = acc;
     __syncthreads();  // W and the warps' checksum sums are complete
     if (t == 0) {
       uint64_t sum = 0;
-      for (uint32_t x = 0; x < blockDim.x / joinkit::kWarpSize; ++x) sum += st.red[x];
+      for (uint32_t x = 0; x < warps; ++x) sum += st.red[x];
       parse_chunk(W, len, n, c, sum, layers, nl, bits, st);
     }
     __syncthreads();  // st is filled
@@ -567,11 +623,12 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
       continue;
     }
 
-    const uint64_t* const F = W + st.foff;
+    const uint32_t* const F = reinterpret_cast<const uint32_t*>(W + st.foff);
     const uint32_t fw = static_cast<uint32_t>(st.fw);
+    const U fmask = static_cast<U>(value_mask(fw));
     const U fmin = static_cast<U>(st.fmin);
     auto final_value = [&](uint32_t q) -> U {
-      return static_cast<U>(fmin + static_cast<U>(unpack(F, q, fw)));
+      return static_cast<U>(fmin + unpack_bits(F, q, fw, fmask));
     };
     uint32_t m = static_cast<uint32_t>(st.fcount);
     if (nl == 0) {  // bitpacking only: m == n
@@ -583,66 +640,114 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
       const bool first = l == static_cast<int>(nl) - 1;  // input: the final stream, from W
       const bool last = l == 0;                         // output: global memory, else A
       if (((layers >> (8 * l)) & 0xff) == kLayerDelta) {
-        U v[IPT];
-#pragma unroll
+        // The warp's rows are scanned in registers and parked in A (each thread rewrites only the
+        // items it read, so in place is safe), then offset by the warps before: no values are
+        // held across the barrier.
+        const uint32_t rows = live_rows<IPT>(m);
+        U carry = 0;
+#pragma unroll 1  // a serial chain anyway (the carry); unrolled, the loads hoisted spill
         for (uint32_t j = 0; j < IPT; ++j) {
-          const uint32_t i = row_item<IPT>(j);
-          v[j] = i < m ? unzigzag(first ? final_value(i) : A[i]) : U(0);
+          if (j < rows) {
+            const uint32_t i = row_item<IPT>(j);
+            const U x = joinkit::warp_inclusive_scan(
+                i < m ? unzigzag(first ? final_value(i) : A[i]) : U(0));
+            if (i < m) A[i] = static_cast<U>(x + carry);
+            carry += __shfl_sync(joinkit::kFullMask, x, joinkit::kWarpSize - 1);
+          }
         }
-        block_scan_rows(v, reinterpret_cast<U*>(st.scan));
-        const U base = static_cast<U>(st.lvalue[l]);
-        // In place: each thread writes only the items it read itself, so no barrier between.
+        U total;
+        const U base =
+            static_cast<U>(st.lvalue[l] + warp_offset(carry, reinterpret_cast<U*>(st.scan), total));
 #pragma unroll
         for (uint32_t j = 0; j < IPT; ++j) {
           const uint32_t i = row_item<IPT>(j);
-          if (i < m) {
-            const U x = static_cast<U>(base + v[j]);
+          if (j < rows && i < m) {
+            const U x = static_cast<U>(base + A[i]);
             if (last) dst[i] = x ^ flip; else A[i] = x;
           }
         }
       } else {
         const uint32_t before = l == 0 ? n : static_cast<uint32_t>(st.lcount[l - 1]);
         const uint32_t r = static_cast<uint32_t>(st.lcount[l]);  // == m
-        const uint64_t* runs = W + st.loff[l];
-        const uint32_t lw = static_cast<uint32_t>(st.lwidth[l]);
-        const uint64_t mn = st.lvalue[l];
-        uint64_t s[IPT];
+        const uint32_t* const runs = reinterpret_cast<const uint32_t*>(W + st.loff[l]);
+        const uint32_t lw = static_cast<uint32_t>(st.lwidth[l]);  // <= 32
+        const uint32_t lmask = static_cast<uint32_t>(value_mask(lw));
+        const uint32_t mn = static_cast<uint32_t>(st.lvalue[l]);  // 1 ..= before
+        // Clear the flags of the `before` items (the scan's barrier orders this before they are
+        // set; the previous layer's readers passed the barrier at its end).
+        for (uint32_t x = t; x < (before + 7) / 8; x += blockDim.x)
+          reinterpret_cast<uint64_t*>(FL)[x] = 0;
+        // Run lengths, each clamped to cv so the 32-bit sums cannot wrap (a clamped length
+        // exceeds `before` alone, so the sum check fails exactly when it did unclamped).
+        const uint32_t rrows = live_rows<IPT>(r);
+        auto run_length = [&](uint32_t q) -> uint32_t {
+          const uint32_t x = unpack_bits(runs, q, lw, lmask);
+          return mn + (x < cv ? x : cv);
+        };
+        uint32_t e[IPT];
 #pragma unroll
         for (uint32_t j = 0; j < IPT; ++j) {
           const uint32_t q = row_item<IPT>(j);
-          s[j] = q < r ? mn + unpack(runs, q, lw) : 0;
+          e[j] = j < rrows && q < r ? run_length(q) : 0u;
         }
-        if (block_scan_rows(s, st.scan) != before) {  // uniform: every thread has the total
-          bad = true;
+        if (block_scan_live(e, rrows, reinterpret_cast<uint32_t*>(st.scan)) != before) {
+          bad = true;  // uniform: every thread has the total
           break;
         }
-        // Run q + 1 starts where run q ends; the sum check bounds every start below `before`.
+        // Run q covers items [e - len, e): it flags its start, and tells each warp whose first
+        // item lies in (start, e] how many runs start before that item (q + 1). With lengths
+        // >= 1 summing to `before`, the runs tile the items: every start is below `before`,
+        // and each warp with items gets exactly one writer (warp 0: none, it starts at run 0).
 #pragma unroll
         for (uint32_t j = 0; j < IPT; ++j) {
           const uint32_t q = row_item<IPT>(j);
-          if (q + 1 < r) S[q + 1] = static_cast<uint16_t>(s[j]);
+          if (j < rrows && q < r) {
+            const uint32_t s = e[j] - run_length(q);  // unpacked again: fewer live registers
+            FL[s] = 1;
+            for (uint32_t x = s / kWarpItems + 1; x < warps && x * kWarpItems <= e[j]; ++x)
+              wrun[x] = q + 1;
+            if (first && last) A[q] = final_value(q);  // A is free: unpack each run once
+          }
         }
-        if (t == 0) S[0] = 0;
-        __syncthreads();  // S is complete
-        uint32_t q[IPT];
-        find_runs<IPT>(S, r, before, q);
-        U v[IPT];
+        if (t == 0) wrun[0] = 0;
+        __syncthreads();  // FL, wrun (and A) are complete
+        // Item i's run: the runs starting before the warp's first item, plus the flags of the
+        // items up to i in this warp's rows, minus one.
+        const uint32_t rows = live_rows<IPT>(before);
+        uint32_t runs_before = rows != 0 ? wrun[warp] : 0u;  // set for warps with items
+        if (!first && !last) {  // in place in A: read every run value before any is written
+          U v[IPT];
 #pragma unroll
-        for (uint32_t j = 0; j < IPT; ++j) {
-          const uint32_t i = row_item<IPT>(j);
-          v[j] = i < before ? (first ? final_value(q[j]) : A[q[j]]) : U(0);
-        }
-        if (!last && !first) __syncthreads();  // every thread has read A before it is overwritten
+          for (uint32_t j = 0; j < IPT; ++j) {
+            v[j] = U(0);
+            if (j < rows) {
+              const uint32_t i = row_item<IPT>(j);
+              const uint32_t q = next_run(i < before && FL[i] != 0, runs_before);
+              if (i < before) v[j] = A[q];
+            }
+          }
+          __syncthreads();  // every thread has read A before it is overwritten
 #pragma unroll
-        for (uint32_t j = 0; j < IPT; ++j) {
-          const uint32_t i = row_item<IPT>(j);
-          if (i < before) {
-            if (last) dst[i] = v[j] ^ flip; else A[i] = v[j];
+          for (uint32_t j = 0; j < IPT; ++j) {
+            const uint32_t i = row_item<IPT>(j);
+            if (j < rows && i < before) A[i] = v[j];
+          }
+        } else {
+#pragma unroll
+          for (uint32_t j = 0; j < IPT; ++j) {
+            if (j < rows) {
+              const uint32_t i = row_item<IPT>(j);
+              const uint32_t q = next_run(i < before && FL[i] != 0, runs_before);
+              if (i < before) {
+                if (last) dst[i] = A[q] ^ flip;  // first && last: A holds the run values
+                else A[i] = final_value(q);      // first && !last: A is only written
+              }
+            }
           }
         }
         m = before;
       }
-      if (!last) __syncthreads();  // A is complete for the next layer; S and st.scan are free
+      if (!last) __syncthreads();  // A is complete for the next layer; FL and st are free
     }
     if (bad) fail(g, kFaultRuns);
   }

@@ -533,10 +533,10 @@ pub fn finish_decompress<T: Element>(
     let cv = plan.chunk_values;
     let (name, block) = chunk_kernel(false, T::BITS, cv);
     let f = backend.function(&KERNELS, name)?;
-    // The chunk's words (a raw chunk is the longest valid one), one value buffer and one u16
-    // run-start buffer of a chunk each.
+    // The chunk's words (a raw chunk is the longest valid one), one value buffer and one byte
+    // of run-start flags per value of a chunk.
     let smem = raw_chunk_words(u64::from(cv), T::BITS) as usize * 8
-        + cv as usize * (T::BITS as usize / 8 + 2);
+        + cv as usize * (T::BITS as usize / 8 + 1);
     let cfg = chunk_config(backend, &f, cv, block, smem, plan.chunks)?;
     let enc = encoded.device_ptr(backend.stream()).0;
     let op = out.device_ptr_mut(backend.stream()).0;

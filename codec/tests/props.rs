@@ -651,3 +651,61 @@ fn decode_paths_gpu() {
         }
     }
 }
+
+/// Re-seals chunk `c` (words `a..b` of `words`) with the checksum of FORMAT.md, so a change to
+/// its fields reaches the decoders' later checks.
+fn reseal_chunk(words: &mut [u64], a: usize, b: usize, c: u64) {
+    use joinkit_cuda::hash::{fmix64, hash64};
+    let sum = words[a..b]
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != 1)
+        .fold(0u64, |s, (i, &x)| {
+            s.wrapping_add(fmix64(
+                x.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            ))
+        });
+    words[a + 1] = fmix64(sum ^ hash64(c, (b - a) as u64));
+}
+
+/// Run lengths that do not add up (in a chunk whose checksum is valid): both decoders report
+/// the same error (the first such chunk), lengths near 2^32 included.
+#[test]
+fn run_sums_checked() {
+    let gpu = gpu("run_sums_checked");
+    let mut faults = 0;
+    for cv in [256u32, 4096, 8192] {
+        let n = 3 * cv as usize + 17;
+        let data: Vec<u64> = (0..n as u64).map(|i| i / 3 * 5 + i / 97).collect();
+        for s in ["rle+bp", "rle+delta+rle+bp", "rle+rle+bp", "delta+rle+bp"] {
+            let scheme: Scheme = s.parse().unwrap();
+            let nl = scheme.layers().len();
+            let enc = CpuBackend::new()
+                .compress(&data, &scheme, &CodecOptions { chunk_values: cv })
+                .unwrap();
+            let chunks = (n as u64).div_ceil(u64::from(cv));
+            for c in [0u64, 1, chunks - 1] {
+                let (a, b) = (
+                    enc[HEADER_WORDS + c as usize] as usize,
+                    enc[HEADER_WORDS + c as usize + 1] as usize,
+                );
+                if (enc[a] >> 32) & 0xff != 1 || b - a <= 3 + nl {
+                    continue; // raw chunk, or no packed run lengths to change
+                }
+                for tweak in [1u64, 1 << 31, 1 << 63, u64::MAX] {
+                    let mut w = enc.clone();
+                    w[a + 3 + nl] ^= tweak;
+                    reseal_chunk(&mut w, a, b, c);
+                    let (cpu, dev) = decode_both::<u64>(&gpu, &w);
+                    let what = format!("{s}, chunks of {cv}, chunk {c}, tweak {tweak:#x}");
+                    // (a flip in the padding bits of a chunk's last word decodes fine)
+                    faults += usize::from(matches!(cpu, Err(Error::Corrupt(_))));
+                    if let Some(dev) = dev {
+                        assert_eq!(format!("{dev:?}"), format!("{cpu:?}"), "{what}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(faults > 100, "{faults}");
+}
