@@ -3,14 +3,40 @@
 
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_hashtable::{HashTables, TableConfig, TableKind};
+use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
 
+use crate::copart::CoPartitionJoin;
 use crate::flags::MatchFlags;
+use crate::phj::{Layout, PartitionedSide, phj_om, phj_um};
 use crate::{AUTO_CHOICE, Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
 
 /// Everything a backend needs to run every join algorithm.
-pub trait JoinBackend: Sort + Gather + MergePath + Compact + HashTables + MatchFlags {}
-impl<B: Sort + Gather + MergePath + Compact + HashTables + MatchFlags> JoinBackend for B {}
+pub trait JoinBackend:
+    Sort
+    + Gather
+    + MergePath
+    + Compact
+    + HashTables
+    + MatchFlags
+    + RadixPartition
+    + BucketChainPartition
+    + CoPartitionJoin
+{
+}
+impl<
+    B: Sort
+        + Gather
+        + MergePath
+        + Compact
+        + HashTables
+        + MatchFlags
+        + RadixPartition
+        + BucketChainPartition
+        + CoPartitionJoin,
+> JoinBackend for B
+{
+}
 
 /// A relation: a key column and any number of payload columns of the same length.
 pub struct Table<B: Backend, K: Key> {
@@ -66,25 +92,33 @@ pub struct Materialized<B: Backend> {
 }
 
 /// The match phase's result, before assembly. For sort-merge joins the ids are positions in
-/// the sorted sides and `sorted` maps them back to row ids; for hash joins they are row ids.
-struct Matched<B: Backend> {
+/// the sorted sides and `sorted` maps them back to row ids; for PHJ-OM's GFTR they are
+/// positions in partitioned order (`partitioned`); otherwise they are row ids.
+pub(crate) struct Matched<B: Backend, K: Key> {
     /// Matching (left, right) pairs (inner and outer joins).
-    pairs: Option<(B::Buf<u32>, B::Buf<u32>)>,
+    pub(crate) pairs: Option<(B::Buf<u32>, B::Buf<u32>)>,
     /// Left rows with a match (semi) or without one (anti, outer).
-    left_only: Option<B::Buf<u32>>,
+    pub(crate) left_only: Option<B::Buf<u32>>,
     /// Sort-merge joins: row id of each sorted position, per side, and the sorted keys' row
     /// permutation.
-    sorted: Option<(B::Buf<u32>, B::Buf<u32>)>,
+    pub(crate) sorted: Option<(B::Buf<u32>, B::Buf<u32>)>,
+    /// PHJ-OM in `join_columns`: how each side's payloads reach partitioned order (left,
+    /// right).
+    pub(crate) partitioned: Option<(PartitionedSide<B, K>, PartitionedSide<B, K>)>,
 }
 
 /// Times phases and records them in order.
-struct Phases<'b, B: Backend> {
+pub(crate) struct Phases<'b, B: Backend> {
     backend: &'b B,
     phases: Vec<(&'static str, f64)>,
 }
 
 impl<B: Backend> Phases<'_, B> {
-    fn run<R>(&mut self, name: &'static str, work: impl FnOnce() -> Result<R>) -> Result<R> {
+    pub(crate) fn run<R>(
+        &mut self,
+        name: &'static str,
+        work: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         let (r, ms) = self.backend.timed(work)?;
         match self.phases.iter_mut().find(|p| p.0 == name) {
             Some(p) => p.1 += ms,
@@ -119,7 +153,7 @@ fn hash_match<B: JoinBackend, K: Key>(
     right: &B::Buf<K>,
     opts: &JoinOptions,
     chained: bool,
-) -> Result<Matched<B>> {
+) -> Result<Matched<B, K>> {
     let config = match (chained, opts.right_unique) {
         (true, _) => TableConfig::chained(),
         (false, true) => TableConfig::key_value(),
@@ -160,6 +194,7 @@ fn hash_match<B: JoinBackend, K: Key>(
                 pairs: Some((lp, rp)),
                 left_only,
                 sorted: None,
+                partitioned: None,
             })
         }
         JoinKind::LeftSemi | JoinKind::LeftAnti => {
@@ -173,6 +208,7 @@ fn hash_match<B: JoinBackend, K: Key>(
                 pairs: None,
                 left_only: Some(b.flagged_indices::<u32>(&keep)?),
                 sorted: None,
+                partitioned: None,
             })
         }
     })
@@ -186,7 +222,7 @@ fn merge_match<B: JoinBackend, K: Key>(
     left: &B::Buf<K>,
     right: &B::Buf<K>,
     opts: &JoinOptions,
-) -> Result<Matched<B>> {
+) -> Result<Matched<B, K>> {
     let sort = |keys: &B::Buf<K>| -> Result<(B::Buf<K>, B::Buf<u32>)> {
         let mut rows = b.alloc::<u32>(keys.len())?;
         b.iota(&mut rows, 0)?;
@@ -219,6 +255,7 @@ fn merge_match<B: JoinBackend, K: Key>(
             pairs,
             left_only,
             sorted: Some((lr, rr)),
+            partitioned: None,
         })
     })
 }
@@ -230,12 +267,15 @@ fn run_match<B: JoinBackend, K: Key>(
     left: &B::Buf<K>,
     right: &B::Buf<K>,
     opts: &JoinOptions,
-) -> Result<Matched<B>> {
+    layout: Layout<'_, B>,
+) -> Result<Matched<B, K>> {
     check_rows(left.len())?;
     check_rows(right.len())?;
     match algorithm {
         Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false),
         Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true),
+        Algorithm::PhjUm => phj_um(b, ph, left, right, opts),
+        Algorithm::PhjOm => phj_om(b, ph, left, right, opts, layout),
         Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto => {
             merge_match(b, ph, left, right, opts)
         }
@@ -308,7 +348,7 @@ pub fn join_rows<B: JoinBackend, K: Key>(
         backend: b,
         phases: Vec::new(),
     };
-    let m = run_match(b, &mut ph, algorithm, left, right, opts)?;
+    let m = run_match(b, &mut ph, algorithm, left, right, opts, Layout::RowIds)?;
     let rows: RowPairs<B> = ph.run("materialize", || {
         let (lmap, rmap) = match &m.sorted {
             Some((l, r)) => (Some(l), Some(r)),
@@ -360,10 +400,13 @@ fn gather_columns<B: JoinBackend>(
 
 /// Joins two tables and returns the payload columns of the output rows, with statistics.
 ///
-/// GFUR algorithms (SMJ-UM, the hash joins) find row ids, then gather each payload from the
-/// untransformed input. GFTR (SMJ-OM) transforms each payload column into sorted order and
-/// gathers from there at the matched positions, which are clustered; it transforms one column
-/// at a time, so at most one transformed column is held (Wu et al. §4.1).
+/// GFUR algorithms (SMJ-UM, PHJ-UM, the non-partitioned hash joins) find row ids, then gather
+/// each payload from the untransformed input. GFTR algorithms transform each payload column
+/// into the order their match works in and gather from there at the matched positions, which
+/// are clustered: SMJ-OM gathers each column into sorted order, one column at a time; PHJ-OM
+/// carries each side's first payload column through its radix partition and partitions every
+/// further column again with the keys, one at a time. So SMJ-OM holds at most one transformed
+/// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
 ///
 /// # Errors
 /// As [`join_rows`].
@@ -379,44 +422,77 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         backend: b,
         phases: Vec::new(),
     };
-    let m = run_match(b, &mut ph, algorithm, &left.keys, &right.keys, opts)?;
-    let gftr = algorithm == Algorithm::SmjOm;
+    let layout = if algorithm == Algorithm::PhjOm {
+        Layout::Positions {
+            left: left.payloads.first(),
+            right: right
+                .payloads
+                .first()
+                .filter(|_| opts.kind.has_right_rows()),
+        }
+    } else {
+        Layout::RowIds
+    };
+    let m = run_match(b, &mut ph, algorithm, &left.keys, &right.keys, opts, layout)?;
 
     // For one side's columns: the output rows' values of each column, with `ids` positions
     // (GFTR) or row ids (GFUR).
     let side = |ph: &mut Phases<'_, B>,
                 cols: &[Column<B>],
-                rows_of: Option<&B::Buf<u32>>,
+                src: Source<'_, B, K>,
                 ids: &[&B::Buf<u32>]|
      -> Result<Vec<Vec<Column<B>>>> {
         let mut out: Vec<Vec<Column<B>>> = ids.iter().map(|_| Vec::new()).collect();
-        if gftr {
-            let perm = rows_of.expect("sort-merge joins keep the sorted row ids");
-            for c in cols {
-                // Transform one column into sorted order, take what the output needs, drop it.
-                let t: Column<B> = ph.run("transform", || {
-                    Ok(map_column!(c, c, T => b.gather::<T, u32>(c, perm, Bounds::Trust)?))
-                })?;
-                for (o, pos) in out.iter_mut().zip(ids) {
-                    o.push(ph.run("materialize", || {
-                        Ok(map_column!(&t, t, T => b.gather::<T, u32>(t, pos, Bounds::Trust)?))
-                    })?);
+        // GFTR: transform one column at a time, take what the output needs, drop it.
+        let take = |ph: &mut Phases<'_, B>, out: &mut Vec<Vec<Column<B>>>, t: &Column<B>| {
+            for (o, pos) in out.iter_mut().zip(ids) {
+                o.push(ph.run("materialize", || {
+                    Ok(map_column!(t, t, T => b.gather::<T, u32>(t, pos, Bounds::Trust)?))
+                })?);
+            }
+            Ok::<(), Error>(())
+        };
+        match src {
+            Source::Sorted(perm) => {
+                for c in cols {
+                    let t: Column<B> = ph.run("transform", || {
+                        Ok(map_column!(c, c, T => b.gather::<T, u32>(c, perm, Bounds::Trust)?))
+                    })?;
+                    take(ph, &mut out, &t)?;
                 }
             }
-        } else {
-            for (o, map) in out.iter_mut().zip(ids) {
-                let rows = ph.run("materialize", || to_row_ids(b, map, rows_of))?;
-                *o = ph.run("materialize", || {
-                    gather_columns(b, cols, rows.as_ref().unwrap_or(map))
-                })?;
+            Source::Partitioned(g, keys) => {
+                for index in 0..cols.len() {
+                    let owned = ph.run("transform", || g.transform(b, keys, cols, index))?;
+                    let t = owned
+                        .as_ref()
+                        .or(g.first.as_ref())
+                        .ok_or_else(|| Error::Corrupt("no partitioned payload column".into()))?;
+                    take(ph, &mut out, t)?;
+                }
+            }
+            Source::Rows(rows_of) => {
+                for (o, map) in out.iter_mut().zip(ids) {
+                    let rows = ph.run("materialize", || to_row_ids(b, map, rows_of))?;
+                    *o = ph.run("materialize", || {
+                        gather_columns(b, cols, rows.as_ref().unwrap_or(map))
+                    })?;
+                }
             }
         }
         Ok(out)
     };
 
-    let (lmap, rmap) = match &m.sorted {
-        Some((l, r)) => (Some(l), Some(r)),
-        None => (None, None),
+    let (lmap, rmap) = match (&m.partitioned, &m.sorted) {
+        (Some((l, r)), _) => (
+            Source::Partitioned(l, &left.keys),
+            Source::Partitioned(r, &right.keys),
+        ),
+        (None, Some((l, r))) if algorithm == Algorithm::SmjOm => {
+            (Source::Sorted(l), Source::Sorted(r))
+        }
+        (None, Some((l, r))) => (Source::Rows(Some(l)), Source::Rows(Some(r))),
+        (None, None) => (Source::Rows(None), Source::Rows(None)),
     };
     let result = match (opts.kind, &m.pairs, &m.left_only) {
         (JoinKind::Inner, Some((pl, pr)), _) => {
@@ -486,6 +562,24 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     );
     Ok((result, st))
 }
+
+/// Where one side's output ids point, for materialization.
+enum Source<'a, B: Backend, K: Key> {
+    /// Row ids, or (GFUR sort-merge joins) sorted positions mapped through these row ids.
+    Rows(Option<&'a B::Buf<u32>>),
+    /// SMJ-OM (GFTR): sorted positions; payload columns are transformed with the permutation.
+    Sorted(&'a B::Buf<u32>),
+    /// PHJ-OM (GFTR): partitioned positions; payload columns are partitioned like the keys
+    /// (the side's input keys, given here, or their mixed form).
+    Partitioned(&'a PartitionedSide<B, K>, &'a B::Buf<K>),
+}
+
+impl<B: Backend, K: Key> Clone for Source<'_, B, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend, K: Key> Copy for Source<'_, B, K> {}
 
 /// Row ids for sorted positions: `ids` mapped through the sorted row ids (sort-merge joins), or
 /// `None` when `ids` are row ids already (hash joins).

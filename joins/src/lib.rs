@@ -10,6 +10,11 @@
 //! | SMJ-OM (GFTR) | sort keys with row ids; payloads into sorted order, one column at a time | same | gather transformed payloads at clustered positions |
 //! | NPHJ-open | build the global open-addressing table | count + retrieve | gather by row id |
 //! | NPHJ-chained | build the lock-free chained table | count + retrieve | gather by row id |
+//! | PHJ-UM (GFUR) | mix keys; bucket-chain partition of keys with row ids | hash join per co-partition (shared-memory tables) | gather payloads from the inputs by row id |
+//! | PHJ-OM (GFTR) | mix keys; stable radix partition of keys with the first payload; further payloads partitioned one column at a time | same | gather partitioned payloads at clustered positions |
+//!
+//! The partitioned joins' match step is [`CoPartitionJoin`]; see its module for work items,
+//! pieces and skew, and `phj.rs` for the radix bits, key mixing and GFTR choices.
 //!
 //! Kinds: inner, left semi, left anti, left outer; PK-FK, PK-PK (`right_unique`, checked) and
 //! M:N. Outputs: row-id gather maps ([`join_rows`]) or payload columns ([`join_columns`]), with
@@ -28,12 +33,22 @@
 //! assert_eq!(stats.output_rows, 3);
 //! ```
 
+mod choose;
+mod copart;
+#[cfg(feature = "cuda")]
+mod copart_cuda;
 mod flags;
 mod join;
+mod phj;
 pub mod reference;
 mod spec;
 mod stats;
 
+pub use choose::{ChoiceParams, JoinInputStats, choose};
+pub use copart::{
+    CPU_BUILD_CAPACITY, CPU_PROBE_CHUNK, CoJoined, CoPartitionJoin, CoSide, CoWant,
+    MAX_BUILD_CAPACITY, MIX_SEED, Pieces, set_cpu_phj_limits,
+};
 pub use flags::MatchFlags;
 pub use join::{JoinBackend, Materialized, RowPairs, Table, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};

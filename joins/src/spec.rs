@@ -47,17 +47,27 @@ pub enum Algorithm {
     NphjOpen,
     /// Non-partitioned hash join on the lock-free chained table (Thostrup et al.).
     NphjChained,
+    /// Partitioned hash join, GFUR: bucket-chain partition of keys with row ids (Sioulas et
+    /// al.), a hash join per co-partition in shared memory, payloads gathered from the
+    /// untransformed inputs.
+    PhjUm,
+    /// Partitioned hash join, GFTR (Wu et al.'s best): stable radix partition, a hash join per
+    /// co-partition in shared memory, payloads gathered from the partitioned relations at
+    /// clustered positions.
+    PhjOm,
     /// Choose for the caller (see [`crate::AUTO_CHOICE`]).
     Auto,
 }
 
 impl Algorithm {
     /// The concrete algorithms (not [`Algorithm::Auto`]).
-    pub const CONCRETE: [Algorithm; 4] = [
+    pub const CONCRETE: [Algorithm; 6] = [
         Algorithm::SmjUm,
         Algorithm::SmjOm,
         Algorithm::NphjOpen,
         Algorithm::NphjChained,
+        Algorithm::PhjUm,
+        Algorithm::PhjOm,
     ];
 
     /// The short name used in tables and on the command line.
@@ -67,6 +77,8 @@ impl Algorithm {
             Algorithm::SmjOm => "SMJ-OM",
             Algorithm::NphjOpen => "NPHJ-open",
             Algorithm::NphjChained => "NPHJ-chained",
+            Algorithm::PhjUm => "PHJ-UM",
+            Algorithm::PhjOm => "PHJ-OM",
             Algorithm::Auto => "auto",
         }
     }

@@ -258,3 +258,66 @@ fn large_pk_fk_join_matches_the_cpu() {
         assert_eq!(pairs_of(&g, &s, &r, &opts).unwrap(), want, "{algorithm}");
     }
 }
+
+/// The partitioned joins where a GPU splits work: R partitions far above a build piece (hot
+/// keys repeated thousands of times, all rows on the largest key) joined with every probe
+/// chunk of their partition, and Zipf-skewed S partitions cut into chunks; every kind, both
+/// key widths, against the CPU backend as multisets; `right_unique` fails on the hot keys and
+/// holds without them.
+#[cfg(feature = "cuda")]
+#[test]
+fn large_skewed_partitioned_joins_match_the_cpu() {
+    let Some(g) = gpu("large_skewed_partitioned_joins_match_the_cpu") else {
+        return;
+    };
+    skewed::<u32>(&g);
+    skewed::<u64>(&g);
+}
+
+#[cfg(feature = "cuda")]
+fn skewed<K: Key>(g: &joinkit_cuda::CudaBackend) {
+    use joinkit::CoPartitionJoin;
+    let n = 1usize << 20;
+    let hot: Vec<K> = [3u64, 1 << 20, 77_777, K::MAX.to_u64()]
+        .map(K::from_u64)
+        .to_vec();
+    let copies = 2 * g.build_capacity::<K>() + 904;
+    let r_unique: Vec<K> = joinkit_datagen::unique_keys(n, 11);
+    let mut r_hot = r_unique.clone();
+    for (i, k) in r_hot.iter_mut().enumerate().take(hot.len() * copies) {
+        *k = hot[i % hot.len()];
+    }
+    let mut s: Vec<K> = joinkit_datagen::zipf_foreign_keys(n, n, 1.0, 12);
+    for (i, k) in s.iter_mut().enumerate().step_by(4096) {
+        *k = hot[(i / 4096) % hot.len()];
+    }
+    let all_max_r = vec![K::MAX; 6000];
+    let all_max_s: Vec<K> = (0..3000u64)
+        .map(|i| if i % 10 == 0 { K::MAX } else { K::from_u64(i) })
+        .collect();
+    let cpu = CpuBackend::new();
+    for algorithm in [Algorithm::PhjUm, Algorithm::PhjOm] {
+        for kind in JoinKind::ALL {
+            let opts = JoinOptions::new(kind).algorithm(algorithm);
+            for (l, r) in [(&s, &r_hot), (&s, &r_unique), (&all_max_s, &all_max_r)] {
+                let want = pairs_of(&cpu, l, r, &opts).unwrap();
+                let got = pairs_of(g, l, r, &opts).unwrap();
+                assert_eq!(got.len(), want.len(), "{algorithm} {kind:?} {}", K::BITS);
+                assert!(got == want, "{algorithm} {kind:?} {}", K::BITS);
+            }
+        }
+        let unique = JoinOptions::new(JoinKind::Inner)
+            .algorithm(algorithm)
+            .right_unique(true);
+        assert_eq!(
+            pairs_of(g, &s, &r_hot, &unique).err(),
+            Some(Error::DuplicateKey { side: "right" }),
+            "{algorithm}"
+        );
+        assert_eq!(
+            pairs_of(g, &s, &r_unique, &unique).unwrap(),
+            pairs_of(&cpu, &s, &r_unique, &unique).unwrap(),
+            "{algorithm}"
+        );
+    }
+}

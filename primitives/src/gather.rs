@@ -90,7 +90,15 @@ pub trait Gather: Backend {
 
 /// The first position of `map` whose index is `>= len` (rayon), if any.
 fn first_out_of_range<I: Key>(map: &[I], len: usize) -> Option<usize> {
-    map.par_iter().position_first(|i| i.to_u64() >= len as u64)
+    // A branch-free check per chunk first: rayon's `position_first` splits and synchronizes
+    // per element range and cost more than the gather itself on 2^25-row maps.
+    let bad = map
+        .par_chunks(joinkit_cuda::PARALLEL_THRESHOLD.max(1))
+        .any(|c| c.iter().fold(false, |b, i| b | (i.to_u64() >= len as u64)));
+    if !bad {
+        return None;
+    }
+    map.iter().position(|i| i.to_u64() >= len as u64)
 }
 
 fn index_error<I: Key>(what: &'static str, map: &[I], pos: usize, len: usize) -> Error {

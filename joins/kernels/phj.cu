@@ -1,0 +1,422 @@
+// The partitioned hash joins' match step (PHJ-UM, PHJ-OM): a hash join of every co-partition,
+// one work item per block at a time. CPU twin: src/copart.rs (same outputs as multisets).
+//
+// A side is cut into pieces (runs of rows of one partition): `po` (fanout + 1 offsets into the
+// piece arrays), `begin` (first row, 64-bit) and `len` (rows) per piece. A work item is one
+// build piece and one probe piece of the same partition: item `i` of partition `p` (items
+// `item_offsets[p]..item_offsets[p + 1]`) pairs build piece `i / np` with probe piece `i % np`,
+// `np` being p's number of probe pieces.
+//
+// Per item, a block builds a table in shared memory from the build piece (at most `capacity`
+// rows, `capacity` <= 2^15) and probes it with the probe piece:
+//   keys[capacity]    the build piece's keys
+//   slots[2^tb]       open addressing, linear probing, 2^tb >= 2 * rows (load <= 1/2): one
+//                     32-bit word per distinct key, (rows of the key) << 16 | newest row, or
+//                     kEmpty; a second equal key swaps itself in as the newest row with one CAS
+//                     that also counts it, so equal keys take one slot and a probe reads its
+//                     match count in O(1)
+//   next[capacity]    16-bit chain of equal keys, newest to oldest
+// The count pass writes each item's match count (and the probe rows' match flags); the host
+// scans the counts (64-bit) and the write pass recomputes every probe row's count, scans them
+// across the block for the row's output position, and walks the chain: the same counts in both
+// passes (they depend on the piece's keys only, not on the table's layout), so the write pass
+// fills exactly the counted rows.
+#include <stdint.h>
+
+#include "joinkit/device.cuh"
+#include "joinkit/hash.cuh"
+
+namespace {
+
+constexpr uint32_t kEmpty = 0xffffffffu;
+constexpr uint16_t kNoRow = 0xffffu;
+constexpr uint32_t kStatusDuplicate = 1u;
+constexpr uint32_t kStatusBadId = 2u;
+
+// Device addresses and sizes of one co-partition join. Field order and types must match
+// `CoParams` in src/copart_cuda.rs.
+struct CoParams {
+  uint64_t probe_keys;    // const K*
+  uint64_t probe_ids;     // const uint32_t* or 0 (ids are rows)
+  uint64_t probe_po;      // const uint64_t* fanout + 1
+  uint64_t probe_begin;   // const uint64_t*
+  uint64_t probe_len;     // const uint32_t*
+  uint64_t build_keys;    // const K*
+  uint64_t build_ids;     // const uint32_t* or 0
+  uint64_t build_po;      // const uint64_t*
+  uint64_t build_begin;   // const uint64_t*
+  uint64_t build_len;     // const uint32_t*
+  uint64_t item_offsets;  // const uint64_t* fanout + 1
+  uint64_t item_part;     // const uint32_t* n_items
+  uint64_t n_items;
+  uint64_t counts;        // uint64_t*: count pass writes n_items; write pass reads their scan
+  uint64_t flags;         // uint32_t* or 0 (count pass)
+  uint64_t flags_len;
+  uint64_t out_probe;     // uint32_t* (write pass)
+  uint64_t out_build;     // uint32_t* (write pass)
+  uint64_t status;        // uint32_t*: kStatus* bits
+  uint32_t capacity;      // rows the shared table holds (sizes the dynamic shared memory)
+  uint32_t unique_build;  // skip probing items whose build piece holds a key twice
+};
+
+template <typename T>
+__device__ __forceinline__ T* ptr(uint64_t p) {
+  return reinterpret_cast<T*>(p);
+}
+
+// The home slot of a key in 2^bits slots: multiply-shift on the whole key (a partition's keys
+// share their low bits). The CPU twin uses the same function.
+template <typename K>
+__device__ __forceinline__ uint32_t home(K k, uint32_t bits) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(k) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
+
+__device__ __forceinline__ uint32_t table_bits(uint32_t rows) {
+  uint32_t bits = 6;  // at least 64 slots
+  while ((1u << bits) < 2 * rows) ++bits;
+  return bits;
+}
+
+// Shared memory of one block.
+template <typename K>
+struct Table {
+  K* keys;
+  uint32_t* slots;
+  uint16_t* next;
+  uint32_t bits;
+
+  __device__ __forceinline__ Table(uint8_t* smem, uint32_t capacity, uint32_t rows) {
+    const uint32_t key_bytes = (capacity * sizeof(K) + 15) & ~15u;
+    keys = reinterpret_cast<K*>(smem);
+    slots = reinterpret_cast<uint32_t*>(smem + key_bytes);
+    next = reinterpret_cast<uint16_t*>(slots + 2 * capacity);
+    bits = table_bits(rows);
+  }
+
+  // Inserts piece row t; returns whether its key was there already. Bounded: an empty slot is
+  // met within 2^bits steps (load <= 1/2), and each CAS retry means another insert of the same
+  // key succeeded (at most `rows` of them).
+  __device__ __forceinline__ bool insert(uint32_t t) const {
+    const K k = keys[t];
+    const uint32_t mask = (1u << bits) - 1;
+    uint32_t s = home(k, bits);
+    for (uint32_t step = 0; step <= mask; ++step) {
+      uint32_t w = *reinterpret_cast<volatile uint32_t*>(slots + s);
+      if (w == kEmpty) {
+        w = atomicCAS(slots + s, kEmpty, (1u << 16) | t);
+        if (w == kEmpty) {
+          next[t] = kNoRow;
+          return false;
+        }
+      }
+      // The slot holds a key for good (words only change from empty to a key, then to the same
+      // key's newer rows), so comparing with any row it named is comparing with its key.
+      if (keys[w & 0xffffu] == k) {
+        while (true) {
+          const uint32_t nw = (((w >> 16) + 1) << 16) | t;
+          const uint32_t prev = atomicCAS(slots + s, w, nw);
+          if (prev == w) break;
+          w = prev;
+        }
+        next[t] = static_cast<uint16_t>(w & 0xffffu);
+        return true;
+      }
+      s = (s + 1) & mask;
+    }
+    return false;  // unreachable at load <= 1/2
+  }
+
+  // Rows of key k and the newest of them.
+  __device__ __forceinline__ uint32_t lookup(K k, uint32_t* head) const {
+    const uint32_t mask = (1u << bits) - 1;
+    uint32_t s = home(k, bits);
+    for (uint32_t step = 0; step <= mask; ++step) {
+      const uint32_t w = slots[s];
+      if (w == kEmpty) return 0;
+      if (keys[w & 0xffffu] == k) {
+        *head = w & 0xffffu;
+        return w >> 16;
+      }
+      s = (s + 1) & mask;
+    }
+    return 0;
+  }
+};
+
+// One item's pieces, decoded by thread 0.
+struct Item {
+  uint64_t probe_begin, build_begin;
+  uint32_t probe_len, build_len;
+  uint32_t duplicate;
+};
+
+__device__ __forceinline__ void decode_item(const CoParams& p, uint64_t item, Item* it) {
+  const uint32_t part = ptr<const uint32_t>(p.item_part)[item];
+  const uint64_t local = item - ptr<const uint64_t>(p.item_offsets)[part];
+  const uint64_t* ppo = ptr<const uint64_t>(p.probe_po);
+  const uint64_t first = ppo[part];
+  const uint64_t np = ppo[part + 1] - first;
+  if (np == 0) {  // a build-only item (uniqueness check)
+    it->probe_begin = 0;
+    it->probe_len = 0;
+  } else {
+    const uint64_t pj = first + local % np;
+    it->probe_begin = ptr<const uint64_t>(p.probe_begin)[pj];
+    it->probe_len = ptr<const uint32_t>(p.probe_len)[pj];
+  }
+  const uint64_t bi = ptr<const uint64_t>(p.build_po)[part] + (np == 0 ? local : local / np);
+  it->build_begin = ptr<const uint64_t>(p.build_begin)[bi];
+  it->build_len = ptr<const uint32_t>(p.build_len)[bi];
+  it->duplicate = 0;
+}
+
+// Loads the build piece and builds the table; returns with the block synchronized and
+// it->duplicate set when a key came twice.
+template <typename K>
+__device__ __forceinline__ void build(const CoParams& p, const Table<K>& t, Item* it) {
+  const K* bk = ptr<const K>(p.build_keys) + it->build_begin;
+  const uint32_t rows = it->build_len;
+  for (uint32_t r = threadIdx.x; r < rows; r += blockDim.x) t.keys[r] = bk[r];
+  for (uint32_t s = threadIdx.x; s < (1u << t.bits); s += blockDim.x) t.slots[s] = kEmpty;
+  __syncthreads();
+  bool dup = false;
+  for (uint32_t r = threadIdx.x; r < rows; r += blockDim.x) dup |= t.insert(r);
+  if (dup) it->duplicate = 1;  // every writer stores 1
+  __syncthreads();
+}
+
+template <typename K>
+__device__ void count_items(const CoParams& p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ Item it;
+  __shared__ uint64_t warp_totals[32];
+  uint32_t* flags = ptr<uint32_t>(p.flags);
+  const uint32_t* probe_ids = ptr<const uint32_t>(p.probe_ids);
+  for (uint64_t item = blockIdx.x; item < p.n_items; item += gridDim.x) {
+    if (threadIdx.x == 0) decode_item(p, item, &it);
+    __syncthreads();
+    const Table<K> t(smem, p.capacity, it.build_len);
+    build<K>(p, t, &it);
+    if (threadIdx.x == 0 && it.duplicate) atomicOr(ptr<uint32_t>(p.status), kStatusDuplicate);
+    uint64_t mine = 0;
+    if (!(it.duplicate && p.unique_build)) {
+      const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
+      for (uint32_t r = threadIdx.x; r < it.probe_len; r += blockDim.x) {
+        uint32_t head;
+        const uint32_t c = t.lookup(pk[r], &head);
+        mine += c;
+        if (c != 0 && flags != nullptr) {
+          const uint64_t row = it.probe_begin + r;
+          const uint32_t id = probe_ids != nullptr ? probe_ids[row] : static_cast<uint32_t>(row);
+          if (id < p.flags_len)
+            flags[id] = 1;  // items sharing probe rows all store 1
+          else
+            atomicOr(ptr<uint32_t>(p.status), kStatusBadId);
+        }
+      }
+    }
+    // Block total of the item's matches.
+    mine = joinkit::warp_sum(mine);
+    if (joinkit::lane_id() == 0) warp_totals[joinkit::warp_id()] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t total = 0;
+      for (uint32_t w = 0; w < (blockDim.x + 31) / 32; ++w) total += warp_totals[w];
+      ptr<uint64_t>(p.counts)[item] = total;
+    }
+    __syncthreads();  // the next item reuses shared memory
+  }
+}
+
+template <typename K>
+__device__ void write_items(const CoParams& p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ Item it;
+  __shared__ uint32_t scan[joinkit::kWarpSize + 1];
+  const uint32_t* probe_ids = ptr<const uint32_t>(p.probe_ids);
+  const uint32_t* build_ids = ptr<const uint32_t>(p.build_ids);
+  uint32_t* out_probe = ptr<uint32_t>(p.out_probe);
+  uint32_t* out_build = ptr<uint32_t>(p.out_build);
+  for (uint64_t item = blockIdx.x; item < p.n_items; item += gridDim.x) {
+    if (threadIdx.x == 0) decode_item(p, item, &it);
+    __syncthreads();
+    const Table<K> t(smem, p.capacity, it.build_len);
+    build<K>(p, t, &it);
+    // Where this item's pairs start (the scan of the count pass's per-item counts).
+    uint64_t base = ptr<const uint64_t>(p.counts)[item];
+    const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
+    const uint32_t rows = it.probe_len;
+    // Tiles of blockDim rows; every thread runs every tile (the scan synchronizes the block).
+    for (uint32_t first = 0; first < rows; first += blockDim.x) {
+      const uint32_t r = first + threadIdx.x;
+      uint32_t head = 0, c = 0;
+      if (r < rows) c = t.lookup(pk[r], &head);
+      uint32_t tile_total;
+      const uint32_t at = joinkit::block_exclusive_scan<uint32_t>(c, scan, &tile_total);
+      if (c != 0) {
+        const uint64_t row = it.probe_begin + r;
+        const uint32_t pid = probe_ids != nullptr ? probe_ids[row] : static_cast<uint32_t>(row);
+        uint64_t o = base + at;
+        uint32_t b = head;
+        for (uint32_t i = 0; i < c; ++i, ++o) {
+          const uint64_t brow = it.build_begin + b;
+          out_probe[o] = pid;
+          out_build[o] = build_ids != nullptr ? build_ids[brow] : static_cast<uint32_t>(brow);
+          b = t.next[b];
+        }
+      }
+      base += tile_total;
+    }
+    __syncthreads();  // the next item reuses shared memory
+  }
+}
+
+}  // namespace
+
+// The count and write passes, per key type.
+extern "C" __global__ void phj_count_u32(CoParams p) { count_items<uint32_t>(p); }
+extern "C" __global__ void phj_count_u64(CoParams p) { count_items<uint64_t>(p); }
+extern "C" __global__ void phj_write_u32(CoParams p) { write_items<uint32_t>(p); }
+extern "C" __global__ void phj_write_u64(CoParams p) { write_items<uint64_t>(p); }
+
+// out[i] = the bijective mix of in[i] (murmur3's finalizer after a seed xor: joinkit::hash32,
+// hash64). CPU twin: copart::mix.
+extern "C" __global__ void phj_mix_u32(const uint32_t* in, uint32_t* out, uint64_t n,
+                                       uint32_t seed) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
+    out[i] = joinkit::hash32(in[i], seed);
+}
+extern "C" __global__ void phj_mix_u64(const uint64_t* in, uint64_t* out, uint64_t n,
+                                       uint32_t seed) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
+    out[i] = joinkit::hash64(in[i], seed);
+}
+
+// Pieces of a contiguous partition, step 1: counts[p] = ceil(rows of p / max_rows) for
+// p < fanout and counts[fanout] = 0 (scanned into the piece offsets); stats[0] = most pieces of
+// a partition, stats[1] = longest piece, stats[2] = 1 when offsets decrease, stats[3] = rows.
+// `stats` must be zeroed.
+extern "C" __global__ void phj_piece_counts(const uint64_t* offsets, uint64_t fanout,
+                                            uint64_t max_rows, uint64_t* counts,
+                                            unsigned long long* stats) {
+  for (uint64_t p = joinkit::global_thread_id(); p <= fanout; p += joinkit::grid_stride()) {
+    if (p == fanout) {
+      counts[p] = 0;
+      stats[3] = offsets[fanout] - offsets[0];
+      continue;
+    }
+    uint64_t rows = 0;
+    if (offsets[p + 1] < offsets[p])
+      atomicMax(stats + 2, 1ull);
+    else
+      rows = offsets[p + 1] - offsets[p];
+    const uint64_t n = (rows + max_rows - 1) / max_rows;
+    counts[p] = n;
+    atomicMax(stats + 0, static_cast<unsigned long long>(n));
+    atomicMax(stats + 1, static_cast<unsigned long long>(rows < max_rows ? rows : max_rows));
+  }
+}
+
+// Step 2: partition p's pieces at po[p]..po[p + 1], cut every max_rows rows (a warp per
+// partition, its lanes striding over the pieces).
+extern "C" __global__ void phj_piece_fill(const uint64_t* offsets, const uint64_t* po,
+                                          uint64_t fanout, uint64_t max_rows, uint64_t* begin,
+                                          uint32_t* len) {
+  const uint64_t warps = joinkit::grid_stride() / joinkit::kWarpSize;
+  for (uint64_t p = joinkit::global_thread_id() / joinkit::kWarpSize; p < fanout; p += warps) {
+    const uint64_t first = po[p], n = po[p + 1] - first, start = offsets[p], end = offsets[p + 1];
+    for (uint64_t i = joinkit::lane_id(); i < n; i += joinkit::kWarpSize) {
+      const uint64_t b = start + i * max_rows;
+      begin[first + i] = b;
+      len[first + i] = static_cast<uint32_t>(end - b < max_rows ? end - b : max_rows);
+    }
+  }
+}
+
+// Pieces of a bucket-chain partition, step 1: counts[p] = ceil(rows / cap) (buckets of the
+// chain), counts[fanout] = 0; stats as phj_piece_counts (stats[3] summed).
+extern "C" __global__ void phj_chain_counts(const uint64_t* rows, uint64_t fanout, uint64_t cap,
+                                            uint64_t* counts, unsigned long long* stats) {
+  for (uint64_t p = joinkit::global_thread_id(); p <= fanout; p += joinkit::grid_stride()) {
+    if (p == fanout) {
+      counts[p] = 0;
+      continue;
+    }
+    const uint64_t r = rows[p], n = (r + cap - 1) / cap;
+    counts[p] = n;
+    atomicMax(stats + 0, static_cast<unsigned long long>(n));
+    atomicMax(stats + 1, static_cast<unsigned long long>(r < cap ? r : cap));
+    atomicAdd(stats + 3, static_cast<unsigned long long>(r));
+  }
+}
+
+// Step 2, per pool bucket b < used: its partition from its first key (every bucket taken holds
+// at least one row from slot 0), a place among the partition's pieces (order unspecified), its
+// rows (full, or what the head bucket holds). stats[2] = 1 when a bucket claims a partition
+// with no room left, which the host reports as corrupt chains.
+template <typename K>
+__device__ void chain_fill(const K* pool_keys, const uint32_t* heads, const uint64_t* rows,
+                           const uint64_t* po, uint64_t used, uint64_t cap, uint64_t fanout,
+                           uint32_t hash_seed, uint32_t use_hash, uint32_t bits_begin,
+                           uint32_t* cursor, uint64_t* begin, uint32_t* len,
+                           unsigned long long* stats) {
+  for (uint64_t b = joinkit::global_thread_id(); b < used; b += joinkit::grid_stride()) {
+    const K k = pool_keys[b * cap];
+    uint64_t p;
+    if (use_hash)
+      p = (static_cast<uint64_t>(joinkit::hash_key(k, hash_seed)) * fanout) >> 32;
+    else
+      p = (static_cast<uint64_t>(k) >> bits_begin) & (fanout - 1);
+    if (p >= fanout) {
+      atomicMax(stats + 2, 1ull);
+      continue;
+    }
+    const uint32_t slot = atomicAdd(cursor + p, 1u);
+    if (slot >= po[p + 1] - po[p]) {
+      atomicMax(stats + 2, 1ull);
+      continue;
+    }
+    begin[po[p] + slot] = b * cap;
+    len[po[p] + slot] =
+        static_cast<uint32_t>(heads[p] == b ? (rows[p] - 1) % cap + 1 : cap);
+  }
+}
+
+#define CHAIN_FILL(K, NAME)                                                                     \
+  extern "C" __global__ void NAME(const K* pool_keys, const uint32_t* heads,                  \
+                                  const uint64_t* rows, const uint64_t* po, uint64_t used,     \
+                                  uint64_t cap, uint64_t fanout, uint32_t hash_seed,           \
+                                  uint32_t use_hash, uint32_t bits_begin, uint32_t* cursor,    \
+                                  uint64_t* begin, uint32_t* len, unsigned long long* stats) { \
+    chain_fill<K>(pool_keys, heads, rows, po, used, cap, fanout, hash_seed, use_hash,         \
+                  bits_begin, cursor, begin, len, stats);                                      \
+  }
+CHAIN_FILL(uint32_t, phj_chain_fill_u32)
+CHAIN_FILL(uint64_t, phj_chain_fill_u64)
+#undef CHAIN_FILL
+
+// Work items per partition: counts[p] = build pieces * probe pieces (with `unique`, build
+// pieces of a partition without probe pieces get a build-only item each, so every build piece
+// is checked for duplicates), counts[fanout] = 0.
+extern "C" __global__ void phj_item_counts(const uint64_t* probe_po, const uint64_t* build_po,
+                                           uint64_t fanout, uint32_t unique, uint64_t* counts) {
+  for (uint64_t p = joinkit::global_thread_id(); p <= fanout; p += joinkit::grid_stride()) {
+    if (p == fanout) {
+      counts[p] = 0;
+      continue;
+    }
+    uint64_t np = probe_po[p + 1] - probe_po[p];
+    if (np == 0 && unique) np = 1;
+    counts[p] = np * (build_po[p + 1] - build_po[p]);
+  }
+}
+
+// item_part[i] = the partition of item i (a warp per partition).
+extern "C" __global__ void phj_item_parts(const uint64_t* item_offsets, uint64_t fanout,
+                                          uint32_t* item_part) {
+  const uint64_t warps = joinkit::grid_stride() / joinkit::kWarpSize;
+  for (uint64_t p = joinkit::global_thread_id() / joinkit::kWarpSize; p < fanout; p += warps)
+    for (uint64_t i = item_offsets[p] + joinkit::lane_id(); i < item_offsets[p + 1];
+         i += joinkit::kWarpSize)
+      item_part[i] = static_cast<uint32_t>(p);
+}

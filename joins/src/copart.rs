@@ -1,0 +1,767 @@
+//! The match step of the partitioned hash joins (PHJ-UM, PHJ-OM): a hash join of every
+//! co-partition, one work item at a time. A CUDA kernel pair (count, write) on the GPU, a rayon
+//! twin on the CPU, same outputs as multisets.
+//!
+//! Both sides come partitioned the same way (`fanout` partitions) and cut into **pieces**: runs
+//! of consecutive rows of one partition (a capacity-sized slice of a contiguous partition, or
+//! one bucket of a bucket chain). A **work item** is one build piece and one probe piece of the
+//! same partition: the item builds a small hash table from its build piece (in shared memory on
+//! the GPU, in cache on the CPU) and probes it with its probe piece. Every build piece is paired
+//! with every probe piece of its partition, so a skewed partition (a hot key, Zipf) is split
+//! into many bounded items instead of one unbounded one, and the join stays exact.
+//!
+//! The table of an item is open addressing with linear probing over slots that hold a key's
+//! newest row and its number of rows; equal keys are chained through a `next` array, so many
+//! equal keys cost one slot (no long probe runs) and a probe counts its matches in O(1).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result, hash};
+use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
+use rayon::prelude::*;
+
+/// Seed of the key mix ([`CoPartitionJoin::mix_keys`]); the same on every backend.
+pub const MIX_SEED: u32 = 0x6a09_e667;
+
+/// Largest build piece any backend accepts (slot words keep a piece row in 16 bits on CUDA).
+pub const MAX_BUILD_CAPACITY: usize = 1 << 15;
+
+/// The pieces of one side's partitions: partition `p`'s pieces are entries
+/// `offsets[p]..offsets[p + 1]`, and piece `i` is rows `begin[i]..begin[i] + len[i]` of the
+/// side's columns. Built by [`CoPartitionJoin::contiguous_pieces`] or
+/// [`CoPartitionJoin::chain_pieces`], which also fill in the host-side summary fields.
+pub struct Pieces<B: Backend> {
+    /// `fanout + 1` offsets into the piece arrays.
+    pub offsets: B::Buf<u64>,
+    /// First row of each piece.
+    pub begin: B::Buf<u64>,
+    /// Rows of each piece (at least 1).
+    pub len: B::Buf<u32>,
+    /// Number of pieces.
+    pub total: u64,
+    /// Most pieces in one partition.
+    pub max_per_partition: u64,
+    /// Rows of the longest piece (at most the `max_rows` asked for).
+    pub max_len: u64,
+    /// Rows in all pieces.
+    pub rows: u64,
+}
+
+impl<B: Backend> Pieces<B> {
+    /// Number of partitions.
+    pub fn fanout(&self) -> usize {
+        joinkit_cuda::Buffer::len(&self.offsets).saturating_sub(1)
+    }
+}
+
+/// One side of a co-partitioned join.
+pub struct CoSide<'a, B: Backend, K: Key> {
+    /// The side's keys in partitioned order (the input keys, or their
+    /// [`CoPartitionJoin::mix_keys`] form; any keys work).
+    pub keys: &'a B::Buf<K>,
+    /// The side's pieces; rows index `keys` (and `ids`).
+    pub pieces: &'a Pieces<B>,
+    /// What the output names a row by: `ids[row]` (row ids carried through the partition), or
+    /// the row (its position in `keys`) when `None`.
+    pub ids: Option<&'a B::Buf<u32>>,
+}
+
+/// What a co-partition join produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CoWant {
+    /// The matching (probe, build) pairs.
+    pub pairs: bool,
+    /// Flags of `len` entries, 1 at the id of every probe row with a match (semi, anti and
+    /// outer joins); ids must be below `len`.
+    pub flags_len: Option<usize>,
+    /// The build side promises unique keys: a key twice in one build piece is
+    /// [`Error::DuplicateKey`] (`side: "build"`), raised before any pair is written; every
+    /// build piece is checked, also where its partition has no probe rows. Equal keys
+    /// in two pieces of one partition are not seen here: a caller whose build side has such
+    /// partitions (`max_per_partition > 1`) checks with a self-join count.
+    pub unique_build: bool,
+}
+
+/// The result of a co-partition join.
+pub struct CoJoined<B: Backend> {
+    /// (probe ids, build ids) of every match, grouped by work item (compare as multisets).
+    pub pairs: Option<(B::Buf<u32>, B::Buf<u32>)>,
+    /// Probe match flags, when asked for.
+    pub flags: Option<B::Buf<u32>>,
+    /// Number of matching pairs (counted even when the pairs are not asked for).
+    pub total: u64,
+}
+
+/// The partitioned hash join's match step: the hash join of every co-partition, and the
+/// pieces and key mixing it works on.
+pub trait CoPartitionJoin: Backend {
+    /// Most rows of a build piece, for keys of type `K`: what one work item's table holds (on
+    /// CUDA, from the shared memory the device offers; on the CPU, what stays in cache).
+    fn build_capacity<K: Key>(&self) -> usize;
+
+    /// Most rows of a probe piece: what one work item probes with.
+    fn probe_chunk<K: Key>(&self) -> usize;
+
+    /// The keys through a fixed bijective mix (murmur3's finalizer with [`MIX_SEED`],
+    /// `joinkit::hash32` / `hash64`): equal keys stay equal and distinct keys distinct, and
+    /// any bits of a mixed key partition evenly whatever the input's distribution.
+    ///
+    /// # Errors
+    /// Allocation and driver errors.
+    fn mix_keys<K: Key>(&self, keys: &Self::Buf<K>) -> Result<Self::Buf<K>>;
+
+    /// Pieces of a contiguous partition (`fanout + 1` offsets, as
+    /// `joinkit_partition::Partitioned` has them): each partition cut into pieces of at most
+    /// `max_rows` rows, in order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no offsets or `max_rows` of 0 or above `u32::MAX`;
+    /// [`Error::Corrupt`] for decreasing offsets; allocation and driver errors.
+    fn contiguous_pieces(&self, offsets: &Self::Buf<u64>, max_rows: usize) -> Result<Pieces<Self>>;
+
+    /// Pieces of a bucket-chain partition made with `by`: every bucket of a chain is a piece
+    /// (so pieces hold at most the bucket capacity); the order of a partition's pieces is
+    /// unspecified.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the chains do not account for every bucket taken and every row
+    /// counted; the partitioner's errors; allocation and driver errors.
+    fn chain_pieces<K: Key>(
+        &self,
+        chains: &BucketChains<Self, K>,
+        by: &Partitioner,
+    ) -> Result<Pieces<Self>>;
+
+    /// Joins every co-partition of `probe` and `build` (which must have the same number of
+    /// partitions): for every probe row, every build row of its partition with an equal key.
+    /// On CUDA: a count pass, a 64-bit scan, then a write pass of exactly that many pairs.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when the sides' partition counts differ;
+    /// [`Error::InvalidArgument`] for build pieces longer than the backend's tables hold
+    /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU);
+    /// [`Error::DuplicateKey`] (`"build"`) as [`CoWant::unique_build`] says;
+    /// [`Error::SizeOverflow`] when the pairs do not fit memory addresses; allocation and
+    /// driver errors.
+    fn copartition_join<K: Key>(
+        &self,
+        probe: &CoSide<'_, Self, K>,
+        build: &CoSide<'_, Self, K>,
+        want: CoWant,
+    ) -> Result<CoJoined<Self>>;
+}
+
+/// Checks shared by both backends (`cap`: the longest build piece the backend's tables hold);
+/// returns the fan-out.
+pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
+    probe: &CoSide<'_, B, K>,
+    build: &CoSide<'_, B, K>,
+    cap: usize,
+) -> Result<usize> {
+    let fanout = build.pieces.fanout();
+    Error::check_len(
+        "co-partition join probe vs build partitions",
+        probe.pieces.fanout(),
+        fanout,
+    )?;
+    if build.pieces.max_len > cap as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "build pieces of {} rows: this backend's tables hold {cap}",
+            build.pieces.max_len
+        )));
+    }
+    Ok(fanout)
+}
+
+/// Checks bucket chains against the partitioner that made them; returns the fan-out.
+pub(crate) fn check_chains<B: Backend, K: Key>(
+    chains: &BucketChains<B, K>,
+    by: &Partitioner,
+) -> Result<usize> {
+    let fanout = by.fanout::<K>()?;
+    Error::check_len(
+        "bucket chains vs partitioner fan-out",
+        chains.fanout(),
+        fanout,
+    )?;
+    Ok(fanout)
+}
+
+/// Checks the arguments of [`CoPartitionJoin::contiguous_pieces`]; returns the fan-out.
+pub(crate) fn check_piece_args(offsets_len: usize, max_rows: usize) -> Result<usize> {
+    if offsets_len == 0 {
+        return Err(Error::InvalidArgument(
+            "partition offsets need fanout + 1 entries".into(),
+        ));
+    }
+    if max_rows == 0 || max_rows as u64 > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument(format!(
+            "pieces of {max_rows} rows: 1 to 2^32 - 1"
+        )));
+    }
+    Ok(offsets_len - 1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU twin.
+
+/// CPU build pieces by default: at most 2^15 keys, so a table (2^16 slots of 12 or 16 bytes)
+/// and its chain array stay within a core's L2 and its share of L3.
+pub const CPU_BUILD_CAPACITY: usize = MAX_BUILD_CAPACITY;
+
+/// CPU probe pieces by default.
+pub const CPU_PROBE_CHUNK: usize = 1 << 18;
+
+static CPU_LIMITS: [AtomicUsize; 2] = [
+    AtomicUsize::new(CPU_BUILD_CAPACITY),
+    AtomicUsize::new(CPU_PROBE_CHUNK),
+];
+
+/// Sets the CPU backend's build piece capacity and probe chunk, which the partitioned joins cut
+/// their pieces by (process-wide; for tuning to a machine's caches, and for tests that want
+/// many pieces from small inputs). Results do not depend on them, and joins running meanwhile
+/// stay correct. Returns the previous values.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a capacity of 0 or above [`MAX_BUILD_CAPACITY`], or a chunk
+/// of 0 or above `u32::MAX`.
+pub fn set_cpu_phj_limits(build_capacity: usize, probe_chunk: usize) -> Result<(usize, usize)> {
+    if build_capacity == 0 || build_capacity > MAX_BUILD_CAPACITY {
+        return Err(Error::InvalidArgument(format!(
+            "CPU build capacity {build_capacity}: 1 to {MAX_BUILD_CAPACITY}"
+        )));
+    }
+    if probe_chunk == 0 || probe_chunk as u64 > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument(format!(
+            "CPU probe chunk {probe_chunk}: 1 to 2^32 - 1"
+        )));
+    }
+    Ok((
+        CPU_LIMITS[0].swap(build_capacity, Ordering::Relaxed),
+        CPU_LIMITS[1].swap(probe_chunk, Ordering::Relaxed),
+    ))
+}
+
+/// The bijective mix of one key (murmur3's finalizer after a seed xor).
+#[inline]
+pub(crate) fn mix<K: Key>(k: K) -> K {
+    if K::BITS == 32 {
+        K::from_u64(u64::from(hash::hash32(k.to_u64() as u32, MIX_SEED)))
+    } else {
+        K::from_u64(hash::hash64(k.to_u64(), u64::from(MIX_SEED)))
+    }
+}
+
+/// The home slot of a key in a table of `2^bits` slots (multiply-shift on the whole key: the
+/// keys of one partition share their low bits).
+#[inline]
+fn home<K: Key>(k: K, bits: u32) -> usize {
+    (k.to_u64().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+}
+
+/// The probe piece of a build-only item.
+const NO_PIECE: u32 = u32::MAX;
+
+/// A slot of a CPU item table: a key, its newest build row (relative to the piece) and its
+/// number of rows (0: empty).
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Slot<K> {
+    key: K,
+    head: u32,
+    count: u32,
+}
+
+/// One task's reusable table.
+struct ItemTable<K> {
+    slots: Vec<Slot<K>>,
+    next: Vec<u32>,
+    bits: u32,
+}
+
+impl<K: Key> ItemTable<K> {
+    fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            next: Vec::new(),
+            bits: 0,
+        }
+    }
+
+    /// Builds from `keys` (row `r` is `keys[r]`); returns whether a key came twice.
+    fn build(&mut self, keys: &[K]) -> bool {
+        let bits = (2 * keys.len())
+            .next_power_of_two()
+            .max(16)
+            .trailing_zeros();
+        let size = 1usize << bits;
+        self.bits = bits;
+        self.slots.clear();
+        self.slots.resize(size, Slot::default());
+        self.next.clear();
+        self.next.resize(keys.len(), u32::MAX);
+        let mask = size - 1;
+        let mut dup = false;
+        for (r, &k) in keys.iter().enumerate() {
+            let mut s = home(k, bits);
+            // Load factor at most 1/2: an empty slot is always reached.
+            loop {
+                let slot = &mut self.slots[s];
+                if slot.count == 0 {
+                    *slot = Slot {
+                        key: k,
+                        head: r as u32,
+                        count: 1,
+                    };
+                    break;
+                }
+                if slot.key == k {
+                    self.next[r] = slot.head;
+                    slot.head = r as u32;
+                    slot.count += 1;
+                    dup = true;
+                    break;
+                }
+                s = (s + 1) & mask;
+            }
+        }
+        dup
+    }
+
+    /// The newest row and the number of rows of `k`.
+    #[inline]
+    fn find(&self, k: K) -> Option<(u32, u32)> {
+        let mask = self.slots.len() - 1;
+        let mut s = home(k, self.bits);
+        loop {
+            let slot = &self.slots[s];
+            if slot.count == 0 {
+                return None;
+            }
+            if slot.key == k {
+                return Some((slot.head, slot.count));
+            }
+            s = (s + 1) & mask;
+        }
+    }
+}
+
+/// A task's output on the CPU: pairs written in place, pairs that did not fit (spill), matches.
+#[derive(Default)]
+struct Part {
+    written: usize,
+    probe: Vec<u32>,
+    build: Vec<u32>,
+    total: u64,
+}
+
+/// Appends without aborting the process when the host cannot hold the output.
+#[inline]
+fn reserve(v: &mut Vec<u32>, more: usize) -> Result<()> {
+    if v.capacity() - v.len() < more {
+        v.try_reserve(more.max(v.len()))
+            .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
+    }
+    Ok(())
+}
+
+/// The flags as atomics, so items sharing probe rows may set them concurrently.
+fn atomic_flags(flags: &mut [u32]) -> &[AtomicU32] {
+    // SAFETY: AtomicU32 has the size, alignment and bit validity of u32, and the exclusive
+    // borrow of `flags` makes the atomics the only access for the returned lifetime.
+    unsafe { &*(flags as *mut [u32] as *const [AtomicU32]) }
+}
+
+impl CoPartitionJoin for CpuBackend {
+    fn build_capacity<K: Key>(&self) -> usize {
+        CPU_LIMITS[0].load(Ordering::Relaxed)
+    }
+
+    fn probe_chunk<K: Key>(&self) -> usize {
+        CPU_LIMITS[1].load(Ordering::Relaxed)
+    }
+
+    fn mix_keys<K: Key>(&self, keys: &Vec<K>) -> Result<Vec<K>> {
+        Ok(keys
+            .par_iter()
+            .with_min_len(joinkit_cuda::PARALLEL_THRESHOLD)
+            .map(|&k| mix(k))
+            .collect())
+    }
+
+    fn contiguous_pieces(&self, offsets: &Vec<u64>, max_rows: usize) -> Result<Pieces<Self>> {
+        let fanout = check_piece_args(offsets.len(), max_rows)?;
+        let max = max_rows as u64;
+        let mut piece_offsets = Vec::with_capacity(fanout + 1);
+        let (mut begin, mut len) = (Vec::new(), Vec::new());
+        let (mut most, mut longest) = (0u64, 0u64);
+        piece_offsets.push(0u64);
+        for w in offsets.windows(2) {
+            if w[1] < w[0] {
+                return Err(Error::Corrupt(format!(
+                    "partition offsets decrease: {} then {}",
+                    w[0], w[1]
+                )));
+            }
+            let (mut at, end) = (w[0], w[1]);
+            most = most.max((end - at).div_ceil(max));
+            while at < end {
+                let l = (end - at).min(max);
+                begin.push(at);
+                len.push(l as u32);
+                longest = longest.max(l);
+                at += l;
+            }
+            piece_offsets.push(begin.len() as u64);
+        }
+        Ok(Pieces {
+            offsets: piece_offsets,
+            total: begin.len() as u64,
+            begin,
+            len,
+            max_per_partition: most,
+            max_len: longest,
+            rows: offsets[fanout] - offsets[0],
+        })
+    }
+
+    fn chain_pieces<K: Key>(
+        &self,
+        chains: &BucketChains<Self, K>,
+        by: &Partitioner,
+    ) -> Result<Pieces<Self>> {
+        check_chains(chains, by)?;
+        let cap = chains.bucket_capacity as u64;
+        let used = chains.used.first().copied().unwrap_or(0) as usize;
+        if used > chains.next.len() {
+            return Err(Error::Corrupt(format!(
+                "bucket pool exhausted: {used} buckets taken of {}",
+                chains.next.len()
+            )));
+        }
+        let mut piece_offsets = vec![0u64];
+        let (mut begin, mut len) = (Vec::new(), Vec::new());
+        let (mut most, mut rows) = (0u64, 0u64);
+        for (p, (&head, &count)) in chains.heads.iter().zip(&chains.counts).enumerate() {
+            let mut left = count;
+            let mut b = head;
+            let mut take = if count == 0 { 0 } else { (count - 1) % cap + 1 };
+            let mut n = 0u64;
+            while left > 0 {
+                if b == NO_BUCKET || b as usize >= used || n >= used as u64 {
+                    return Err(Error::Corrupt(format!(
+                        "chain of partition {p} ends {left} rows short of its count {count}"
+                    )));
+                }
+                begin.push(u64::from(b) * cap);
+                len.push(take as u32);
+                left -= take;
+                take = cap;
+                b = chains.next[b as usize];
+                n += 1;
+            }
+            most = most.max(n);
+            rows += count;
+            piece_offsets.push(begin.len() as u64);
+        }
+        if begin.len() != used {
+            return Err(Error::Corrupt(format!(
+                "{used} buckets taken, {} on chains",
+                begin.len()
+            )));
+        }
+        Ok(Pieces {
+            offsets: piece_offsets,
+            total: begin.len() as u64,
+            max_len: len.iter().copied().max().map_or(0, u64::from),
+            begin,
+            len,
+            max_per_partition: most,
+            rows,
+        })
+    }
+
+    fn copartition_join<K: Key>(
+        &self,
+        probe: &CoSide<'_, Self, K>,
+        build: &CoSide<'_, Self, K>,
+        want: CoWant,
+    ) -> Result<CoJoined<Self>> {
+        // CPU tables take any piece up to the common limit; the capacity setting only decides
+        // how the joins cut pieces.
+        let fanout = check_sides(probe, build, MAX_BUILD_CAPACITY)?;
+        let (pp, bp) = (probe.pieces, build.pieces);
+        for (side, keys, pieces) in [("probe", probe.keys, pp), ("build", build.keys, bp)] {
+            let ids = if side == "probe" {
+                probe.ids
+            } else {
+                build.ids
+            };
+            let offsets_ok = pieces.offsets.first() == Some(&0)
+                && pieces.offsets.windows(2).all(|w| w[0] <= w[1])
+                && pieces.offsets.last().copied() == Some(pieces.begin.len() as u64)
+                && pieces.begin.len() == pieces.len.len();
+            if !offsets_ok {
+                return Err(Error::Corrupt(format!(
+                    "{side} pieces: offsets do not index their piece arrays"
+                )));
+            }
+            for (&b, &l) in pieces.begin.iter().zip(&pieces.len) {
+                let end = b + u64::from(l);
+                if end > keys.len() as u64 || ids.is_some_and(|ids| end > ids.len() as u64) {
+                    return Err(Error::IndexOutOfRange {
+                        what: "co-partition piece",
+                        index: end,
+                        len: keys.len(),
+                    });
+                }
+            }
+        }
+        // Work items in order: partition, build piece, probe piece (a build piece's items are
+        // adjacent, so a task builds its table once for all of them). Checking uniqueness, a
+        // build piece without probe pieces still gets an item (build only, NO_PIECE).
+        let mut items: Vec<(u32, u32)> = Vec::new();
+        for p in 0..fanout {
+            let probes = pp.offsets[p]..pp.offsets[p + 1];
+            for i in bp.offsets[p]..bp.offsets[p + 1] {
+                if probes.is_empty() && want.unique_build {
+                    items.push((i as u32, NO_PIECE));
+                }
+                for j in probes.clone() {
+                    items.push((i as u32, j as u32));
+                }
+            }
+        }
+        let mut flags = want.flags_len.map(|n| vec![0u32; n]);
+        let dup = AtomicBool::new(false);
+        let bad_id = AtomicBool::new(false);
+        // Tasks are runs of items. Each writes its pairs straight into the output, in a region
+        // as long as its probe rows (enough for every join whose build keys are unique per
+        // piece, which is the common case); what does not fit goes to the task's own spill.
+        let per_task = items
+            .len()
+            .div_ceil(8 * rayon::current_num_threads().max(1))
+            .max(1);
+        let tasks: Vec<&[(u32, u32)]> = items.chunks(per_task).collect();
+        let regions: Vec<usize> = tasks
+            .iter()
+            .map(|t| {
+                t.iter()
+                    .filter(|&&(_, j)| j != NO_PIECE)
+                    .map(|&(_, j)| pp.len[j as usize] as usize)
+                    .sum()
+            })
+            .collect();
+        let room: usize = regions.iter().sum();
+        // In-place regions only while they stay within a few times the probe side (many build
+        // pieces per partition multiply them).
+        let in_place = want.pairs && room <= 2 * probe.keys.len() + 1024;
+        let (mut out_p, mut out_b) = if in_place {
+            (vec![0u32; room], vec![0u32; room])
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let mut starts = Vec::with_capacity(tasks.len());
+        let mut at = 0usize;
+        for &r in &regions {
+            starts.push(at);
+            at += if in_place { r } else { 0 };
+        }
+        let parts: Vec<Part> = {
+            let flags = flags.as_deref_mut().map(atomic_flags);
+            let (dst_p, dst_b) = (SharedOut::new(&mut out_p), SharedOut::new(&mut out_b));
+            let (dst_p, dst_b) = (&dst_p, &dst_b);
+            tasks
+                .par_iter()
+                .zip(regions.par_iter().zip(starts.par_iter()))
+                .map(|(group, (&region, &start))| {
+                    let region = if in_place { region } else { 0 };
+                    let mut part = Part::default();
+                    let mut table = ItemTable::<K>::new();
+                    let mut built = u32::MAX;
+                    for &(i, j) in *group {
+                        let (bb, bl) = (bp.begin[i as usize] as usize, bp.len[i as usize] as usize);
+                        if built != i {
+                            built = i;
+                            if table.build(&build.keys[bb..bb + bl]) {
+                                dup.store(true, Ordering::Relaxed);
+                            }
+                        }
+                        if want.unique_build && dup.load(Ordering::Relaxed) {
+                            return Ok(part);
+                        }
+                        if j == NO_PIECE {
+                            continue;
+                        }
+                        let (pb, pl) = (pp.begin[j as usize] as usize, pp.len[j as usize] as usize);
+                        for (pos, &k) in (pb..pb + pl).zip(&probe.keys[pb..pb + pl]) {
+                            let Some((head, count)) = table.find(k) else {
+                                continue;
+                            };
+                            part.total += u64::from(count);
+                            let pid = probe.ids.map_or(pos as u32, |ids| ids[pos]);
+                            if let Some(f) = flags {
+                                match f.get(pid as usize) {
+                                    Some(f) => f.store(1, Ordering::Relaxed),
+                                    None => bad_id.store(true, Ordering::Relaxed),
+                                }
+                            }
+                            if !want.pairs {
+                                continue;
+                            }
+                            let mut r = head;
+                            for _ in 0..count {
+                                let row = bb + r as usize;
+                                let bid = build.ids.map_or(row as u32, |ids| ids[row]);
+                                if part.written < region {
+                                    // SAFETY: rows start..start + region of the outputs belong
+                                    // to this task alone, and `written < region`.
+                                    unsafe {
+                                        dst_p.write(start + part.written, pid);
+                                        dst_b.write(start + part.written, bid);
+                                    }
+                                    part.written += 1;
+                                } else {
+                                    reserve(&mut part.probe, 1)?;
+                                    reserve(&mut part.build, 1)?;
+                                    part.probe.push(pid);
+                                    part.build.push(bid);
+                                }
+                                r = table.next[r as usize];
+                            }
+                        }
+                    }
+                    Ok(part)
+                })
+                .collect::<Result<Vec<Part>>>()?
+        };
+        if want.unique_build && dup.load(Ordering::Relaxed) {
+            return Err(Error::DuplicateKey { side: "build" });
+        }
+        if bad_id.load(Ordering::Relaxed) {
+            return Err(Error::IndexOutOfRange {
+                what: "co-partition probe id",
+                index: u64::from(u32::MAX),
+                len: want.flags_len.unwrap_or(0),
+            });
+        }
+        let total: u64 = parts.iter().map(|p| p.total).sum();
+        let pairs = if want.pairs {
+            let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
+            Some(assemble(out_p, out_b, &parts, &starts, n)?)
+        } else {
+            None
+        };
+        Ok(CoJoined {
+            pairs,
+            flags,
+            total,
+        })
+    }
+}
+
+/// The pairs in task order: each task's in-place rows, then its spill. Without spills the
+/// in-place rows are closed up inside the output buffers; otherwise everything is copied into
+/// new buffers of `n` rows.
+fn assemble(
+    mut out_p: Vec<u32>,
+    mut out_b: Vec<u32>,
+    parts: &[Part],
+    starts: &[usize],
+    n: usize,
+) -> Result<(Vec<u32>, Vec<u32>)> {
+    if parts.iter().all(|p| p.probe.is_empty()) {
+        let mut at = 0;
+        for (p, &start) in parts.iter().zip(starts) {
+            if start != at {
+                out_p.copy_within(start..start + p.written, at);
+                out_b.copy_within(start..start + p.written, at);
+            }
+            at += p.written;
+        }
+        out_p.truncate(at);
+        out_b.truncate(at);
+        return Ok((out_p, out_b));
+    }
+    let column = |src: &[u32], spill: fn(&Part) -> &Vec<u32>| -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(n)
+            .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
+        out.resize(n, 0);
+        let mut rest: &mut [u32] = &mut out;
+        let mut pieces = Vec::with_capacity(parts.len());
+        for p in parts {
+            let (head, tail) = rest.split_at_mut(p.written + spill(p).len());
+            pieces.push(head);
+            rest = tail;
+        }
+        pieces
+            .into_par_iter()
+            .zip(parts.par_iter().zip(starts.par_iter()))
+            .for_each(|(dst, (p, &start))| {
+                let (a, c) = dst.split_at_mut(p.written);
+                a.copy_from_slice(&src[start..start + p.written]);
+                c.copy_from_slice(spill(p));
+            });
+        Ok(out)
+    };
+    Ok((column(&out_p, |p| &p.probe)?, column(&out_b, |p| &p.build)?))
+}
+
+/// A column's buffer shared by the tasks that write disjoint elements of it.
+struct SharedOut(*mut u32, usize);
+
+// SAFETY: the pointer addresses a buffer that outlives every task writing through it, and the
+// tasks write disjoint elements (each owns a region).
+unsafe impl Send for SharedOut {}
+// SAFETY: as above: concurrent use only writes disjoint elements, never reads.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    fn new(out: &mut [u32]) -> Self {
+        Self(out.as_mut_ptr(), out.len())
+    }
+
+    /// Writes `v` at `i`.
+    ///
+    /// # Safety
+    /// No other task may access element `i` meanwhile, and the buffer must be alive.
+    #[inline(always)]
+    unsafe fn write(&self, i: usize, v: u32) {
+        assert!(i < self.1, "join output row out of range");
+        // SAFETY: `i` is in bounds (checked above); exclusivity is the caller's promise.
+        unsafe { *self.0.add(i) = v };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixing_is_a_bijection_on_a_sample() {
+        let mut seen = std::collections::HashSet::new();
+        for k in (0u32..1 << 16).chain([u32::MAX, u32::MAX - 1]) {
+            assert!(seen.insert(mix(k)));
+        }
+        assert_ne!(mix(1u64), mix(2u64));
+    }
+
+    #[test]
+    fn tables_chain_equal_keys() {
+        let mut t = ItemTable::<u32>::new();
+        assert!(t.build(&[5, 7, 5, 5, 0, u32::MAX]));
+        let (head, count) = t.find(5).unwrap();
+        assert_eq!(count, 3);
+        let mut rows = vec![head];
+        for _ in 1..count {
+            rows.push(t.next[*rows.last().unwrap() as usize]);
+        }
+        rows.sort();
+        assert_eq!(rows, vec![0, 2, 3]);
+        assert_eq!(t.find(u32::MAX), Some((5, 1)));
+        assert_eq!(t.find(0), Some((4, 1)));
+        assert_eq!(t.find(6), None);
+        assert!(!t.build(&[1, 2, 3]));
+    }
+}

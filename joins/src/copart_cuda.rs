@@ -1,0 +1,505 @@
+//! [`CoPartitionJoin`] on CUDA: the kernels of `kernels/phj.cu`.
+//!
+//! A join runs: items per partition (a kernel), a 64-bit scan and a read-back of the item
+//! count, the item-to-partition map (a kernel), the count pass, a scan of the per-item counts
+//! and a read-back of the total and the status word, then (for pairs) an exactly sized
+//! allocation and the write pass. Three synchronizations in all, each reading 8 bytes.
+
+use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
+use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
+use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
+use joinkit_partition::{BucketChains, Partitioner};
+use joinkit_primitives::Scan;
+
+use crate::copart::{
+    CoJoined, CoPartitionJoin, CoSide, CoWant, MAX_BUILD_CAPACITY, MIX_SEED, Pieces, check_chains,
+    check_piece_args, check_sides,
+};
+
+static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
+
+/// Threads per block of the count and write passes.
+const BLOCK: u32 = 256;
+
+/// Blocks of the join kernels meant to share an SM: the shared-memory table takes at most
+/// this fraction of the SM's shared memory (the rest of the occupancy hides the table's
+/// latency). To be calibrated on the GPU.
+const BLOCKS_PER_SM: usize = 4;
+
+/// Shared memory the kernels declare statically (item, scan and reduction scratch), kept out
+/// of the table's budget.
+const STATIC_SHARED: usize = 1024;
+
+/// Probe pieces are this many build pieces long.
+const PROBE_CHUNK_FACTOR: usize = 4;
+
+/// Shared bytes of a table for `capacity` rows of `key_bytes`-byte keys: keys (16-byte
+/// aligned), 2 slot words per row, a 16-bit chain link per row.
+fn table_bytes(capacity: usize, key_bytes: usize) -> usize {
+    (capacity * key_bytes).next_multiple_of(16) + 2 * capacity * 4 + capacity * 2
+}
+
+/// The launch arguments of the count and write passes (`CoParams` in kernels/phj.cu).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct CoParams {
+    probe_keys: u64,
+    probe_ids: u64,
+    probe_po: u64,
+    probe_begin: u64,
+    probe_len: u64,
+    build_keys: u64,
+    build_ids: u64,
+    build_po: u64,
+    build_begin: u64,
+    build_len: u64,
+    item_offsets: u64,
+    item_part: u64,
+    n_items: u64,
+    counts: u64,
+    flags: u64,
+    flags_len: u64,
+    out_probe: u64,
+    out_build: u64,
+    status: u64,
+    capacity: u32,
+    unique_build: u32,
+}
+
+// SAFETY: a repr(C) struct of integers without padding (19 x 8 + 2 x 4 bytes), laid out as
+// `CoParams` in kernels/phj.cu; any bit pattern is valid.
+unsafe impl DeviceRepr for CoParams {}
+
+fn driver(op: &'static str) -> impl Fn(joinkit_cuda::cudarc::driver::DriverError) -> Error {
+    move |e| Error::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
+}
+
+/// Element `i` of a device buffer, read back (one synchronization).
+fn read_at<T: joinkit_cuda::Element>(
+    b: &CudaBackend,
+    buf: &DeviceBuffer<T>,
+    i: usize,
+) -> Result<T> {
+    let mut host = [T::default()];
+    b.stream()
+        .memcpy_dtoh(&buf.view().slice(i..i + 1), &mut host[..])
+        .map_err(driver("reading back a count"))?;
+    b.synchronize()?;
+    Ok(host[0])
+}
+
+/// A zeroed buffer.
+fn zeros<T: joinkit_cuda::Element>(b: &CudaBackend, n: usize) -> Result<DeviceBuffer<T>> {
+    let mut buf = b.alloc::<T>(n)?;
+    b.fill(&mut buf, T::default())?;
+    Ok(buf)
+}
+
+fn key_name<K: Key>(n32: &'static str, n64: &'static str) -> &'static str {
+    if K::BITS == 32 { n32 } else { n64 }
+}
+
+/// A scalar argument of a bookkeeping kernel (device addresses are `U64`).
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    U64(u64),
+    U32(u32),
+}
+
+/// Launches a small bookkeeping kernel: one thread per element of `n` (grid-stride), or a warp
+/// per element when `warps`.
+fn launch_small(
+    b: &CudaBackend,
+    name: &'static str,
+    n: usize,
+    warps: bool,
+    args: &[Arg],
+) -> Result<()> {
+    let f = b.function(&KERNELS, name)?;
+    let threads = if warps { n.saturating_mul(32) } else { n };
+    let cfg = b.grid_stride_config(threads.max(1), 256);
+    let mut builder = b.stream().launch_builder(&f);
+    for a in args {
+        match a {
+            Arg::U64(v) => builder.arg(v),
+            Arg::U32(v) => builder.arg(v),
+        };
+    }
+    // SAFETY: every bookkeeping kernel of kernels/phj.cu bounds its loops by the sizes passed
+    // and reads and writes only the buffers passed, which the callers size as the kernel's
+    // comment says; arguments follow its C signature.
+    unsafe { builder.launch(cfg) }
+        .map(|_| ())
+        .map_err(driver("launching a PHJ bookkeeping kernel"))
+}
+
+/// The pieces with their statistics words (most per partition, longest, -, rows).
+fn finish_pieces(
+    offsets: DeviceBuffer<u64>,
+    begin: DeviceBuffer<u64>,
+    len: DeviceBuffer<u32>,
+    stats: [u64; 4],
+) -> Result<Pieces<CudaBackend>> {
+    let total = begin.len() as u64;
+    Ok(Pieces {
+        offsets,
+        begin,
+        len,
+        total,
+        max_per_partition: stats[0],
+        max_len: stats[1],
+        rows: stats[3],
+    })
+}
+
+fn stats_of(b: &CudaBackend, stats: &DeviceBuffer<u64>) -> Result<[u64; 4]> {
+    let s = b.download(stats)?;
+    Ok([s[0], s[1], s[2], s[3]])
+}
+
+/// The launch shape of the count and write passes: a block per work item at a time, as many
+/// blocks as the SMs hold at once (or fewer items).
+fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )
+    .map_err(driver("allowing dynamic shared memory"))?;
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(BLOCK, smem, None)
+        .map_err(driver("reading kernel occupancy"))?
+        .max(1);
+    let grid = (u64::from(b.info().sm_count.max(1)) * u64::from(per_sm))
+        .min(items)
+        .max(1);
+    Ok(LaunchConfig {
+        grid_dim: (grid as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: smem as u32,
+    })
+}
+
+impl CoPartitionJoin for CudaBackend {
+    fn build_capacity<K: Key>(&self) -> usize {
+        let info = self.info();
+        let budget = (info.shared_per_sm as usize / BLOCKS_PER_SM)
+            .min(info.max_shared_per_block_optin as usize)
+            .saturating_sub(STATIC_SHARED);
+        let key_bytes = (K::BITS / 8) as usize;
+        let mut c = MAX_BUILD_CAPACITY;
+        while c > 256 && table_bytes(c, key_bytes) > budget {
+            c /= 2;
+        }
+        c
+    }
+
+    fn probe_chunk<K: Key>(&self) -> usize {
+        PROBE_CHUNK_FACTOR * self.build_capacity::<K>()
+    }
+
+    fn mix_keys<K: Key>(&self, keys: &DeviceBuffer<K>) -> Result<DeviceBuffer<K>> {
+        let n = keys.len();
+        let out = self.alloc::<K>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let (src, dst, n64, seed) = (keys.device_ptr(), out.device_ptr(), n as u64, MIX_SEED);
+        launch_small(
+            self,
+            key_name::<K>("phj_mix_u32", "phj_mix_u64"),
+            n,
+            false,
+            &[Arg::U64(src), Arg::U64(dst), Arg::U64(n64), Arg::U32(seed)],
+        )?;
+        Ok(out)
+    }
+
+    fn contiguous_pieces(
+        &self,
+        offsets: &DeviceBuffer<u64>,
+        max_rows: usize,
+    ) -> Result<Pieces<Self>> {
+        let fanout = check_piece_args(offsets.len(), max_rows)?;
+        let counts = self.alloc::<u64>(fanout + 1)?;
+        let stats = zeros::<u64>(self, 4)?;
+        let (op, cp, sp) = (
+            offsets.device_ptr(),
+            counts.device_ptr(),
+            stats.device_ptr(),
+        );
+        let (f64_, max64) = (fanout as u64, max_rows as u64);
+        launch_small(
+            self,
+            "phj_piece_counts",
+            fanout + 1,
+            false,
+            &[
+                Arg::U64(op),
+                Arg::U64(f64_),
+                Arg::U64(max64),
+                Arg::U64(cp),
+                Arg::U64(sp),
+            ],
+        )?;
+        let po = self.exclusive_sum(&counts)?;
+        let total = read_at(self, &po, fanout)?;
+        let st = stats_of(self, &stats)?;
+        if st[2] != 0 {
+            return Err(Error::Corrupt("partition offsets decrease".into()));
+        }
+        let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("pieces"))?;
+        let (begin, len) = (self.alloc::<u64>(n)?, self.alloc::<u32>(n)?);
+        if n > 0 {
+            let (pp, bp, lp) = (po.device_ptr(), begin.device_ptr(), len.device_ptr());
+            launch_small(
+                self,
+                "phj_piece_fill",
+                fanout,
+                true,
+                &[
+                    Arg::U64(op),
+                    Arg::U64(pp),
+                    Arg::U64(f64_),
+                    Arg::U64(max64),
+                    Arg::U64(bp),
+                    Arg::U64(lp),
+                ],
+            )?;
+        }
+        finish_pieces(po, begin, len, st)
+    }
+
+    fn chain_pieces<K: Key>(
+        &self,
+        chains: &BucketChains<Self, K>,
+        by: &Partitioner,
+    ) -> Result<Pieces<Self>> {
+        let fanout = check_chains(chains, by)?;
+        let cap = chains.bucket_capacity as u64;
+        let counts = self.alloc::<u64>(fanout + 1)?;
+        let stats = zeros::<u64>(self, 4)?;
+        let (rp, cp, sp) = (
+            chains.counts.device_ptr(),
+            counts.device_ptr(),
+            stats.device_ptr(),
+        );
+        let f64_ = fanout as u64;
+        launch_small(
+            self,
+            "phj_chain_counts",
+            fanout + 1,
+            false,
+            &[
+                Arg::U64(rp),
+                Arg::U64(f64_),
+                Arg::U64(cap),
+                Arg::U64(cp),
+                Arg::U64(sp),
+            ],
+        )?;
+        let po = self.exclusive_sum(&counts)?;
+        let total = read_at(self, &po, fanout)?;
+        let used = u64::from(read_at(self, &chains.used, 0)?);
+        if used != total || used > joinkit_cuda::Buffer::len(&chains.next) as u64 {
+            return Err(Error::Corrupt(format!(
+                "{used} buckets taken, {total} needed by the chains' row counts"
+            )));
+        }
+        let n = total as usize;
+        let (begin, len) = (self.alloc::<u64>(n)?, self.alloc::<u32>(n)?);
+        if n > 0 {
+            let cursor = zeros::<u32>(self, fanout)?;
+            let (use_hash, seed, bits_begin) = match by {
+                Partitioner::Radix(bits) => (0u32, 0u32, bits.start),
+                Partitioner::Hash { seed, .. } => (1, *seed, 0),
+            };
+            let (kp, hp, pp) = (
+                chains.keys.device_ptr(),
+                chains.heads.device_ptr(),
+                po.device_ptr(),
+            );
+            let (cu, bp, lp) = (cursor.device_ptr(), begin.device_ptr(), len.device_ptr());
+            launch_small(
+                self,
+                key_name::<K>("phj_chain_fill_u32", "phj_chain_fill_u64"),
+                n,
+                false,
+                &[
+                    Arg::U64(kp),
+                    Arg::U64(hp),
+                    Arg::U64(rp),
+                    Arg::U64(pp),
+                    Arg::U64(used),
+                    Arg::U64(cap),
+                    Arg::U64(f64_),
+                    Arg::U32(seed),
+                    Arg::U32(use_hash),
+                    Arg::U32(bits_begin),
+                    Arg::U64(cu),
+                    Arg::U64(bp),
+                    Arg::U64(lp),
+                    Arg::U64(sp),
+                ],
+            )?;
+        }
+        let st = stats_of(self, &stats)?;
+        if st[2] != 0 {
+            return Err(Error::Corrupt(
+                "a bucket's first key names a partition whose chain does not hold it".into(),
+            ));
+        }
+        finish_pieces(po, begin, len, st)
+    }
+
+    fn copartition_join<K: Key>(
+        &self,
+        probe: &CoSide<'_, Self, K>,
+        build: &CoSide<'_, Self, K>,
+        want: CoWant,
+    ) -> Result<CoJoined<Self>> {
+        let fanout = check_sides(probe, build, self.build_capacity::<K>())?;
+        let flags = match want.flags_len {
+            Some(n) => Some(zeros::<u32>(self, n)?),
+            None => None,
+        };
+        let empty = |flags| -> Result<CoJoined<Self>> {
+            Ok(CoJoined {
+                pairs: want
+                    .pairs
+                    .then(|| Ok::<_, Error>((self.alloc::<u32>(0)?, self.alloc::<u32>(0)?)))
+                    .transpose()?,
+                flags,
+                total: 0,
+            })
+        };
+        if fanout == 0 || build.pieces.total == 0 || (probe.pieces.total == 0 && !want.unique_build)
+        {
+            return empty(flags);
+        }
+        // Work items: per partition, build pieces x probe pieces.
+        let item_counts = self.alloc::<u64>(fanout + 1)?;
+        let (ppo, bpo, icp, f64_) = (
+            probe.pieces.offsets.device_ptr(),
+            build.pieces.offsets.device_ptr(),
+            item_counts.device_ptr(),
+            fanout as u64,
+        );
+        let unique = u32::from(want.unique_build);
+        launch_small(
+            self,
+            "phj_item_counts",
+            fanout + 1,
+            false,
+            &[
+                Arg::U64(ppo),
+                Arg::U64(bpo),
+                Arg::U64(f64_),
+                Arg::U32(unique),
+                Arg::U64(icp),
+            ],
+        )?;
+        let item_offsets = self.exclusive_sum(&item_counts)?;
+        drop(item_counts);
+        let n_items = read_at(self, &item_offsets, fanout)?;
+        if n_items == 0 {
+            return empty(flags);
+        }
+        let items = usize::try_from(n_items).map_err(|_| Error::SizeOverflow("work items"))?;
+        let item_part = self.alloc::<u32>(items)?;
+        let (iop, ipp) = (item_offsets.device_ptr(), item_part.device_ptr());
+        launch_small(
+            self,
+            "phj_item_parts",
+            fanout,
+            true,
+            &[Arg::U64(iop), Arg::U64(f64_), Arg::U64(ipp)],
+        )?;
+
+        // Count pass.
+        let counts = zeros::<u64>(self, items + 1)?;
+        let status = zeros::<u32>(self, 1)?;
+        let capacity = self.build_capacity::<K>();
+        let smem = table_bytes(capacity, (K::BITS / 8) as usize);
+        let ids = |i: Option<&DeviceBuffer<u32>>| i.map_or(0, |b| b.device_ptr());
+        let mut params = CoParams {
+            probe_keys: probe.keys.device_ptr(),
+            probe_ids: ids(probe.ids),
+            probe_po: ppo,
+            probe_begin: probe.pieces.begin.device_ptr(),
+            probe_len: probe.pieces.len.device_ptr(),
+            build_keys: build.keys.device_ptr(),
+            build_ids: ids(build.ids),
+            build_po: bpo,
+            build_begin: build.pieces.begin.device_ptr(),
+            build_len: build.pieces.len.device_ptr(),
+            item_offsets: iop,
+            item_part: ipp,
+            n_items,
+            counts: counts.device_ptr(),
+            flags: flags.as_ref().map_or(0, |f| f.device_ptr()),
+            flags_len: want.flags_len.unwrap_or(0) as u64,
+            out_probe: 0,
+            out_build: 0,
+            status: status.device_ptr(),
+            capacity: capacity as u32,
+            unique_build: u32::from(want.unique_build),
+        };
+        let f = self.function(&KERNELS, key_name::<K>("phj_count_u32", "phj_count_u64"))?;
+        let cfg = join_config(self, &f, smem, n_items)?;
+        let mut args = self.stream().launch_builder(&f);
+        args.arg(&params);
+        // SAFETY: the count pass reads the pieces (built by this backend, inside their key and
+        // id columns), the items (n_items of them, each naming an existing piece pair) and
+        // writes n_items counts, flags below flags_len and the status word; the dynamic shared
+        // memory holds a table of `capacity` rows, and build pieces are at most that long
+        // (check_sides).
+        unsafe { args.launch(cfg) }.map_err(driver("launching the PHJ count pass"))?;
+        let offsets = self.exclusive_sum(&counts)?;
+        drop(counts);
+        let total = read_at(self, &offsets, items)?;
+        let st = read_at(self, &status, 0)?;
+        if want.unique_build && st & 1 != 0 {
+            return Err(Error::DuplicateKey { side: "build" });
+        }
+        if st & 2 != 0 {
+            return Err(Error::IndexOutOfRange {
+                what: "co-partition probe id",
+                index: u64::from(u32::MAX),
+                len: want.flags_len.unwrap_or(0),
+            });
+        }
+        if !want.pairs {
+            return Ok(CoJoined {
+                pairs: None,
+                flags,
+                total,
+            });
+        }
+
+        // Write pass: exactly `total` pairs.
+        let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
+        let (out_p, out_b) = (self.alloc::<u32>(n)?, self.alloc::<u32>(n)?);
+        if n > 0 {
+            params.counts = offsets.device_ptr();
+            params.flags = 0;
+            params.out_probe = out_p.device_ptr();
+            params.out_build = out_b.device_ptr();
+            let f = self.function(&KERNELS, key_name::<K>("phj_write_u32", "phj_write_u64"))?;
+            let cfg = join_config(self, &f, smem, n_items)?;
+            let mut args = self.stream().launch_builder(&f);
+            args.arg(&params);
+            // SAFETY: as the count pass; each item writes its pairs at its scanned offset, the
+            // same number the count pass counted for it (the counts depend on the pieces' keys
+            // only), so all writes fall inside the `total` rows of `out_p` and `out_b`.
+            unsafe { args.launch(cfg) }.map_err(driver("launching the PHJ write pass"))?;
+        }
+        Ok(CoJoined {
+            pairs: Some((out_p, out_b)),
+            flags,
+            total,
+        })
+    }
+}

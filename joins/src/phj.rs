@@ -1,0 +1,336 @@
+//! The partitioned hash joins of Wu et al. (VLDB 2024): PHJ-OM (stable radix partition,
+//! GFTR) and PHJ-UM (bucket-chain partition, GFUR), both matching co-partition by
+//! co-partition with small per-work-item tables ([`crate::CoPartitionJoin`]).
+//!
+//! Choices (docs/decisions records why):
+//! - **Partition on the key's low bits, as the paper does, and mix when that is unbalanced.**
+//!   The low bits are perfect for keys like the benchmark's (a permutation of `0..|R|`) and
+//!   cost nothing, but adversarial keys (multiples of `2^bits`, say) land in one partition,
+//!   where the capacity split keeps each work item bounded but the items multiply with the
+//!   partition's size squared. So R is partitioned first; when some R partition needs more
+//!   than one build piece, both sides are partitioned again on their mixed keys
+//!   ([`crate::CoPartitionJoin::mix_keys`], a bijection of the key space, so the join compares
+//!   mixed keys and stays exact), where only equal keys share a partition beyond chance. Only
+//!   R's balance matters: a crowded S partition is cut into probe chunks, linear work.
+//! - **Radix bits** from |R|: the fewest bits (at least 1) whose average R partition holds at
+//!   most half a build piece ([`crate::CoPartitionJoin::build_capacity`]: from the device's
+//!   shared memory on CUDA), so that with mixed keys practically no partition needs two
+//!   pieces.
+//! - **Skew**: an R partition above the capacity is cut into capacity-sized pieces, each joined
+//!   with the whole S partition; S partitions are cut into probe chunks; every work item is
+//!   bounded.
+//! - **`right_unique`**: a duplicate inside one build piece is caught while the piece's table is
+//!   built (free); only when some R partition has two pieces does a self-join count of R check
+//!   across pieces.
+//! - **PHJ-OM's GFTR transform**: the first payload column of each side travels with the keys
+//!   through the partition; every further column is partitioned again with the (mixed) keys,
+//!   one column at a time (Wu et al. §4.1: at most one transformed column besides the first is
+//!   held). The radix partition is deterministic, so every pass puts rows in the same order.
+//!   `join_rows` partitions row ids instead, and the match writes row ids directly.
+//! - **PHJ-UM**: one bucket-chain pass (Sioulas et al.), buckets as build pieces and probe
+//!   chunks, row ids carried and written by the match, payloads gathered from the inputs. The
+//!   bucket-chain partition offers at most 2^10 partitions per pass and no second pass, so when
+//!   |R| needs more bits PHJ-UM partitions with the stable radix passes (keys and row ids only;
+//!   still GFUR).
+
+use std::ops::Range;
+
+use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result};
+use joinkit_partition::{MAX_FANOUT, MAX_RADIX_BITS, Partitioner, RowIds};
+
+use crate::copart::{CoSide, CoWant, Pieces};
+use crate::join::{Matched, Phases};
+use crate::{JoinBackend, JoinKind, JoinOptions};
+
+/// Where the match's ids point.
+#[derive(Clone, Copy)]
+pub(crate) enum Layout<'a, B: Backend> {
+    /// Row ids of the inputs (join_rows; GFUR).
+    RowIds,
+    /// Positions in partitioned order (PHJ-OM's GFTR in join_columns), carrying each side's
+    /// first payload column (if it has one and the output needs it) through the partition.
+    Positions {
+        left: Option<&'a Column<B>>,
+        right: Option<&'a Column<B>>,
+    },
+}
+
+/// How PHJ-OM's payload columns reach partitioned order: partitioned again with the keys the
+/// match partitioned (the radix partition is deterministic, so the rows land alike).
+pub(crate) struct PartitionedSide<B: Backend, K: Key> {
+    /// The side's mixed keys (input order), when the join partitioned mixed keys.
+    pub(crate) mixed: Option<B::Buf<K>>,
+    /// The first payload column, partitioned with the keys (when carried).
+    pub(crate) first: Option<Column<B>>,
+    /// The radix bits partitioned on.
+    pub(crate) bits: Range<u32>,
+}
+
+impl<B: JoinBackend, K: Key> PartitionedSide<B, K> {
+    /// Column `index` of `cols` in partitioned order: the carried one (`None`), or a new
+    /// partition pass with `keys` (the side's input keys) or their mixed form.
+    pub(crate) fn transform(
+        &self,
+        b: &B,
+        keys: &B::Buf<K>,
+        cols: &[Column<B>],
+        index: usize,
+    ) -> Result<Option<Column<B>>> {
+        if index == 0 && self.first.is_some() {
+            return Ok(None);
+        }
+        let mut p = b.radix_partition(
+            self.mixed.as_ref().unwrap_or(keys),
+            std::slice::from_ref(&cols[index]),
+            self.bits.clone(),
+            RowIds::None,
+        )?;
+        p.payloads
+            .pop()
+            .map(Some)
+            .ok_or_else(|| Error::Corrupt("partition returned no payload".into()))
+    }
+}
+
+/// The fewest radix bits (at least 1) whose average partition of `rows` rows holds at most
+/// `capacity / 2`, within the radix partition's and the key's limits.
+pub(crate) fn radix_bits<K: Key>(rows: usize, capacity: usize) -> u32 {
+    let target = (capacity / 2).max(1) as u64;
+    let mut bits = 1;
+    while bits < MAX_RADIX_BITS.min(K::BITS) && (rows as u64).div_ceil(1 << bits) > target {
+        bits += 1;
+    }
+    bits
+}
+
+/// Bucket capacity for a side of `rows` rows in `fanout` chains: twice the average partition,
+/// a power of two within `[32, max]` (so the pool, which may waste a bucket per partition, stays
+/// within a few times the input).
+fn bucket_capacity(rows: usize, fanout: usize, max: usize) -> usize {
+    (2 * rows.div_ceil(fanout.max(1)))
+        .next_power_of_two()
+        .clamp(32.min(max), max)
+}
+
+/// (left, right) ids of matching pairs.
+type Pairs<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
+
+/// What a join keeps: pairs (inner, outer) and left rows (semi, anti, outer).
+type Selected<B> = (Option<Pairs<B>>, Option<<B as Backend>::Buf<u32>>);
+
+/// The u32 row ids a partition carried, if any.
+fn u32_ids<B: Backend>(ids: &Option<Column<B>>) -> Result<Option<&B::Buf<u32>>> {
+    match ids {
+        None => Ok(None),
+        Some(Column::U32(ids)) => Ok(Some(ids)),
+        Some(_) => Err(Error::Corrupt("row ids of another width".into())),
+    }
+}
+
+fn no_ids() -> Error {
+    Error::Corrupt("a partition asked for row ids returned none".into())
+}
+
+/// The co-partition join and its row selections, as [`Matched`] parts: pairs (inner, outer)
+/// and the left rows a semi, anti or outer join keeps, named as the sides' `ids` name them.
+fn co_match<B: JoinBackend, K: Key>(
+    b: &B,
+    probe: &CoSide<'_, B, K>,
+    build: &CoSide<'_, B, K>,
+    opts: &JoinOptions,
+    left_rows: usize,
+) -> Result<Selected<B>> {
+    let as_right = |e| match e {
+        Error::DuplicateKey { .. } => Error::DuplicateKey { side: "right" },
+        e => e,
+    };
+    if opts.right_unique && build.pieces.max_per_partition > 1 {
+        // Pieces of one partition build separate tables: count R against itself instead.
+        let myself = CoSide {
+            keys: build.keys,
+            pieces: build.pieces,
+            ids: None,
+        };
+        let total = b.copartition_join(&myself, build, CoWant::default())?.total;
+        if total != build.pieces.rows {
+            return Err(Error::DuplicateKey { side: "right" });
+        }
+    }
+    let want = CoWant {
+        pairs: opts.kind.has_right_rows(),
+        flags_len: (opts.kind != JoinKind::Inner).then_some(left_rows),
+        unique_build: opts.right_unique,
+    };
+    let out = b.copartition_join(probe, build, want).map_err(as_right)?;
+    let left_only = match (opts.kind, &out.flags) {
+        (JoinKind::Inner, _) | (_, None) => None,
+        (JoinKind::LeftSemi, Some(f)) => Some(b.flagged_indices::<u32>(f)?),
+        (JoinKind::LeftAnti | JoinKind::LeftOuter, Some(f)) => {
+            Some(b.flagged_indices::<u32>(&b.count_flags(f, false)?)?)
+        }
+    };
+    Ok((out.pairs, left_only))
+}
+
+/// PHJ-OM: stable radix partition (of the keys, or of the mixed keys when R's partitions come
+/// out unbalanced; carrying row ids, or the first payload columns), co-partition join.
+pub(crate) fn phj_om<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+    layout: Layout<'_, B>,
+) -> Result<Matched<B, K>> {
+    let cap = b.build_capacity::<K>();
+    let chunk = b.probe_chunk::<K>();
+    let bits = 0..radix_bits::<K>(right.len(), cap);
+    let (row_ids, carry_l, carry_r) = match layout {
+        Layout::RowIds => (RowIds::U32, None, None),
+        Layout::Positions { left, right } => (RowIds::None, left, right),
+    };
+    let part = |keys: &B::Buf<K>, carry: Option<&Column<B>>| {
+        b.radix_partition(
+            keys,
+            carry.map_or(&[][..], std::slice::from_ref),
+            bits.clone(),
+            row_ids,
+        )
+    };
+    let (pl, pr, rp, mixed) = ph.run("transform", || {
+        let pr = part(right, carry_r)?;
+        let rp = b.contiguous_pieces(&pr.offsets, cap)?;
+        if rp.max_per_partition <= 1 {
+            return Ok((part(left, carry_l)?, pr, rp, None));
+        }
+        drop((pr, rp));
+        let mr = b.mix_keys(right)?;
+        let pr = part(&mr, carry_r)?;
+        let rp = b.contiguous_pieces(&pr.offsets, cap)?;
+        let ml = b.mix_keys(left)?;
+        let pl = part(&ml, carry_l)?;
+        Ok((pl, pr, rp, Some((ml, mr))))
+    })?;
+    let (pairs, left_only) = ph.run("match", || {
+        let lp = b.contiguous_pieces(&pl.offsets, chunk)?;
+        let probe = CoSide {
+            keys: &pl.keys,
+            pieces: &lp,
+            ids: u32_ids(&pl.row_ids)?,
+        };
+        let build = CoSide {
+            keys: &pr.keys,
+            pieces: &rp,
+            ids: u32_ids(&pr.row_ids)?,
+        };
+        co_match(b, &probe, &build, opts, left.len())
+    })?;
+    let partitioned = match layout {
+        Layout::RowIds => None,
+        Layout::Positions { .. } => {
+            let (mut pl, mut pr) = (pl, pr);
+            let (ml, mr) = match mixed {
+                Some((l, r)) => (Some(l), Some(r)),
+                None => (None, None),
+            };
+            Some((
+                PartitionedSide {
+                    mixed: ml,
+                    first: carry_l.and_then(|_| pl.payloads.pop()),
+                    bits: bits.clone(),
+                },
+                PartitionedSide {
+                    mixed: mr,
+                    first: carry_r.and_then(|_| pr.payloads.pop()),
+                    bits,
+                },
+            ))
+        }
+    };
+    Ok(Matched {
+        pairs,
+        left_only,
+        sorted: None,
+        partitioned,
+    })
+}
+
+/// PHJ-UM: bucket-chain partition with row ids (of the keys, or of the mixed keys when R's
+/// chains come out unbalanced), co-partition join writing row ids. When
+/// |R| needs more than the bucket chains' 2^10 partitions, the stable radix partition (keys and
+/// row ids) takes their place.
+pub(crate) fn phj_um<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+) -> Result<Matched<B, K>> {
+    let cap = b.build_capacity::<K>();
+    let chunk = b.probe_chunk::<K>();
+    let bits = radix_bits::<K>(right.len(), cap);
+    if 1usize << bits > MAX_FANOUT {
+        return phj_om(b, ph, left, right, opts, Layout::RowIds);
+    }
+    let by = Partitioner::Radix(0..bits);
+    let fanout = 1usize << bits;
+    let chains =
+        |keys: &B::Buf<K>, cap: usize| b.bucket_chain_partition(keys, &[], &by, cap, RowIds::U32);
+    let (cap_r, cap_l) = (
+        bucket_capacity(right.len(), fanout, cap),
+        bucket_capacity(left.len(), fanout, chunk),
+    );
+    let (cl, cr, rp) = ph.run("transform", || {
+        let cr = chains(right, cap_r)?;
+        let rp: Pieces<B> = b.chain_pieces(&cr, &by)?;
+        if rp.max_per_partition <= 1 {
+            return Ok((chains(left, cap_l)?, cr, rp));
+        }
+        drop((cr, rp));
+        let cr = chains(&b.mix_keys(right)?, cap_r)?;
+        let rp = b.chain_pieces(&cr, &by)?;
+        Ok((chains(&b.mix_keys(left)?, cap_l)?, cr, rp))
+    })?;
+    let (pairs, left_only) = ph.run("match", || {
+        let lp: Pieces<B> = b.chain_pieces(&cl, &by)?;
+        let probe = CoSide {
+            keys: &cl.keys,
+            pieces: &lp,
+            ids: Some(u32_ids(&cl.row_ids)?.ok_or_else(no_ids)?),
+        };
+        let build = CoSide {
+            keys: &cr.keys,
+            pieces: &rp,
+            ids: Some(u32_ids(&cr.row_ids)?.ok_or_else(no_ids)?),
+        };
+        co_match(b, &probe, &build, opts, left.len())
+    })?;
+    Ok(Matched {
+        pairs,
+        left_only,
+        sorted: None,
+        partitioned: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn radix_bits_keep_partitions_at_half_a_piece() {
+        assert_eq!(radix_bits::<u32>(0, 4096), 1);
+        assert_eq!(radix_bits::<u32>(4096, 4096), 1);
+        assert_eq!(radix_bits::<u32>(4097, 4096), 2);
+        assert_eq!(radix_bits::<u32>(1 << 27, 4096), 16);
+        assert_eq!(radix_bits::<u64>(usize::MAX, 2), MAX_RADIX_BITS);
+    }
+
+    #[test]
+    fn bucket_capacities_stay_in_range() {
+        assert_eq!(bucket_capacity(0, 2, 4096), 32);
+        assert_eq!(bucket_capacity(1 << 20, 512, 4096), 4096);
+        assert_eq!(bucket_capacity(1000, 2, 4096), 1024);
+        assert_eq!(bucket_capacity(1 << 30, 2, 1 << 18), 1 << 18);
+    }
+}

@@ -1,0 +1,249 @@
+//! The partitioned hash joins with tiny CPU pieces, so small random inputs exercise what large
+//! ones do on a GPU: R partitions split into many build pieces (each joined with every probe
+//! chunk of its partition), probe chunks, the self-join check of `right_unique` across pieces,
+//! the mixed-key fallback, bucket chains with many buckets; and the co-partition join trait on
+//! hand-made pieces. Everything equals the naive reference as a multiset.
+
+use joinkit::reference::join_pairs;
+use joinkit::{
+    Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, CpuBackend, Error, JoinKind, JoinOptions,
+    NULL_ROW, join_rows, set_cpu_phj_limits,
+};
+use joinkit_cuda::Key;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+fn runner() -> TestRunner {
+    TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+/// Key columns with the shapes that break partitioned joins: few distinct keys (hot keys far
+/// above a piece), multiples of a power of two (one raw-bit partition), extremes.
+fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
+    prop_oneof![
+        proptest::collection::vec((0u64..48).prop_map(K::from_u64), 0..300),
+        proptest::collection::vec(any::<K>(), 0..200),
+        (0usize..150).prop_map(|n| vec![K::from_u64(7); n]),
+        proptest::collection::vec((0u64..64).prop_map(|k| K::from_u64(k << 12)), 0..200),
+        proptest::collection::vec(
+            prop_oneof![Just(K::from_u64(0)), Just(K::MAX), Just(K::from_u64(1))],
+            0..80
+        ),
+    ]
+}
+
+fn pairs<K: Key>(l: &[K], r: &[K], opts: &JoinOptions) -> Result<Vec<(u32, u32)>, Error> {
+    let b = CpuBackend::new();
+    let (rows, stats) = join_rows(&b, &b.upload(l)?, &b.upload(r)?, opts)?;
+    let right = rows
+        .right
+        .unwrap_or_else(|| vec![NULL_ROW; rows.left.len()]);
+    assert_eq!(stats.algorithm, opts.algorithm);
+    let mut p: Vec<(u32, u32)> = rows.left.into_iter().zip(right).collect();
+    p.sort_unstable();
+    Ok(p)
+}
+
+fn check<K: Key + Arbitrary>() {
+    set_cpu_phj_limits(4, 8).unwrap();
+    runner()
+        .run(
+            &(keys::<K>(), keys::<K>(), 2usize..6, 1usize..12),
+            |(l, r, cap, chunk)| {
+                set_cpu_phj_limits(cap, chunk).unwrap();
+                let r_unique = {
+                    let mut s = r.clone();
+                    s.sort_unstable();
+                    s.windows(2).all(|w| w[0] != w[1])
+                };
+                for kind in JoinKind::ALL {
+                    let want = join_pairs(&l, &r, kind);
+                    for algorithm in [Algorithm::PhjUm, Algorithm::PhjOm] {
+                        let opts = JoinOptions::new(kind).algorithm(algorithm);
+                        prop_assert_eq!(
+                            &pairs(&l, &r, &opts).unwrap(),
+                            &want,
+                            "{} {:?}",
+                            algorithm,
+                            kind
+                        );
+                        let got = pairs(&l, &r, &opts.right_unique(true));
+                        if r_unique {
+                            prop_assert_eq!(
+                                &got.unwrap(),
+                                &want,
+                                "{} {:?} unique",
+                                algorithm,
+                                kind
+                            );
+                        } else {
+                            prop_assert_eq!(
+                                got.err(),
+                                Some(Error::DuplicateKey { side: "right" }),
+                                "{} {:?}",
+                                algorithm,
+                                kind
+                            );
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn tiny_pieces_u32() {
+    check::<u32>();
+}
+
+#[test]
+fn tiny_pieces_u64() {
+    check::<u64>();
+}
+
+/// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
+/// ids through maps, flags; pairs equal the per-partition nested loop.
+#[test]
+fn copartition_join_on_hand_made_pieces() {
+    let b = CpuBackend::new();
+    // Partition 0: rows 0..5, partition 1: rows 5..7 (build); 0..4 and 4..9 (probe).
+    let build_keys: Vec<u32> = vec![1, 2, 1, 3, 1, 9, 9];
+    let probe_keys: Vec<u32> = vec![1, 4, 3, 1, 9, 9, 2, 9, 0];
+    let bp = b.contiguous_pieces(&vec![0, 5, 7], 2).unwrap();
+    let pp = b.contiguous_pieces(&vec![0, 4, 9], 3).unwrap();
+    assert_eq!(bp.offsets, vec![0, 3, 4]);
+    assert_eq!(bp.len, vec![2, 2, 1, 2]);
+    assert_eq!((bp.max_per_partition, bp.max_len, bp.rows), (3, 2, 7));
+    let build_ids: Vec<u32> = (0..7).map(|i| 100 + i).collect();
+    let probe_ids: Vec<u32> = (0..9).map(|i| 8 - i).collect();
+    let out = b
+        .copartition_join(
+            &CoSide {
+                keys: &probe_keys,
+                pieces: &pp,
+                ids: Some(&probe_ids),
+            },
+            &CoSide {
+                keys: &build_keys,
+                pieces: &bp,
+                ids: Some(&build_ids),
+            },
+            CoWant {
+                pairs: true,
+                flags_len: Some(9),
+                unique_build: false,
+            },
+        )
+        .unwrap();
+    let mut want = Vec::new();
+    for (lo, hi, plo, phi) in [(0, 5, 0, 4), (5, 7, 4, 9)] {
+        for p in plo..phi {
+            for r in lo..hi {
+                if probe_keys[p] == build_keys[r] {
+                    want.push((probe_ids[p], build_ids[r]));
+                }
+            }
+        }
+    }
+    want.sort_unstable();
+    let (pl, pr) = out.pairs.unwrap();
+    let mut got: Vec<(u32, u32)> = pl.into_iter().zip(pr).collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(out.total, want.len() as u64);
+    let mut flagged: Vec<u32> = (0..9u32)
+        .filter(|&i| out.flags.as_ref().unwrap()[i as usize] == 1)
+        .collect();
+    flagged.sort_unstable();
+    let mut expect: Vec<u32> = want.iter().map(|p| p.0).collect();
+    expect.sort_unstable();
+    expect.dedup();
+    assert_eq!(flagged, expect);
+    // The build side's duplicate key inside one piece (rows 0 and 2 are in different pieces;
+    // rows 5 and 6 share one).
+    let dup = b.copartition_join(
+        &CoSide {
+            keys: &probe_keys,
+            pieces: &pp,
+            ids: None,
+        },
+        &CoSide {
+            keys: &build_keys,
+            pieces: &bp,
+            ids: None,
+        },
+        CoWant {
+            pairs: true,
+            flags_len: None,
+            unique_build: true,
+        },
+    );
+    assert_eq!(dup.err(), Some(Error::DuplicateKey { side: "build" }));
+    // Mismatched fan-outs and oversized build pieces are typed errors.
+    let other = b.contiguous_pieces(&vec![0, 9], 3).unwrap();
+    let side = |pieces| CoSide {
+        keys: &probe_keys,
+        pieces,
+        ids: None,
+    };
+    assert!(matches!(
+        b.copartition_join(&side(&other), &side(&bp), CoWant::default()),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let long = joinkit::MAX_BUILD_CAPACITY + 1;
+    let long_keys = vec![5u32; long];
+    let huge = b.contiguous_pieces(&vec![0, long as u64], long).unwrap();
+    let huge_probe = b.contiguous_pieces(&vec![0, long as u64], 7).unwrap();
+    let long_side = |pieces| CoSide {
+        keys: &long_keys,
+        pieces,
+        ids: None,
+    };
+    assert!(matches!(
+        b.copartition_join(
+            &long_side(&huge_probe),
+            &long_side(&huge),
+            CoWant::default()
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(set_cpu_phj_limits(0, 8).is_err());
+    assert!(set_cpu_phj_limits(long, 8).is_err());
+    assert!(matches!(
+        b.contiguous_pieces(&vec![3, 1], 2),
+        Err(Error::Corrupt(_))
+    ));
+    assert!(matches!(
+        b.contiguous_pieces(&Vec::new(), 2),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// PHJ-UM with more partitions than one bucket-chain pass offers takes the radix partition
+/// instead (still GFUR); both equal the reference.
+#[test]
+fn phj_um_beyond_the_bucket_chain_fanout() {
+    set_cpu_phj_limits(2, 3).unwrap();
+    let r: Vec<u32> = (0..3000u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    let l: Vec<u32> = (0..2500u32)
+        .map(|i| (i * 7) % 3500)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    for kind in JoinKind::ALL {
+        let want = join_pairs(&l, &r, kind);
+        for algorithm in [Algorithm::PhjUm, Algorithm::PhjOm] {
+            let opts = JoinOptions::new(kind)
+                .algorithm(algorithm)
+                .right_unique(true);
+            assert_eq!(pairs(&l, &r, &opts).unwrap(), want, "{algorithm} {kind:?}");
+        }
+    }
+}
