@@ -11,13 +11,15 @@ use clap::Args;
 use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
 use joinkit_cuda::{Device, DeviceKind, Error, Result, hash, with_backend};
 
-use crate::measure::{Timing, copy_bandwidth, time};
+use crate::measure::{Ctx, Runs, Timing, parse_size, time};
+use crate::plot::PlotSpec;
+use crate::report::{Report, Row};
 
 /// Options of `codec`.
 #[derive(Args, Debug)]
 pub(crate) struct CodecArgs {
-    /// Values (u64) per column; default 2^28 on a GPU, 2^22 on a CPU.
-    #[arg(long)]
+    /// Values (u64) per column, as 2^22 or 4194304; default 2^28 on a GPU, 2^22 on a CPU.
+    #[arg(long, value_parser = parse_size)]
     values: Option<usize>,
     /// Values per chunk (a power of two, 256..=8192).
     #[arg(long, default_value_t = joinkit_codec::DEFAULT_CHUNK_VALUES)]
@@ -33,11 +35,8 @@ pub(crate) struct CodecArgs {
     #[arg(long)]
     buffers: Option<usize>,
     /// Values per buffer of the fused run (default 2^18 on a GPU, 2^16 on a CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_size)]
     buffer_values: Option<usize>,
-    /// Timed repetitions (the median is reported); default 10 on a GPU, 3 on a CPU.
-    #[arg(long)]
-    repeat: Option<usize>,
     /// Skip checking every decode against the input.
     #[arg(long)]
     no_check: bool,
@@ -47,8 +46,19 @@ pub(crate) struct CodecArgs {
     tpch: Option<f64>,
 }
 
-pub(crate) fn run(device: &Device, args: &CodecArgs) -> Result<()> {
-    with_backend!(device, b => bench(b, args))
+/// The plot of codec: encode and decode GB/s against the column length, a line per column
+/// and scheme.
+pub(crate) const PLOT: PlotSpec = PlotSpec {
+    table: "codec",
+    x: "values",
+    x_label: "values per column",
+    y: &["encode GB/s", "decode GB/s"],
+    y_label: "GB/s (of the decoded column)",
+    series: &["column", "scheme"],
+};
+
+pub(crate) fn run(device: &Device, args: &CodecArgs, ctx: &mut Ctx) -> Result<()> {
+    with_backend!(device, b => bench(b, args, ctx))
 }
 
 /// A synthetic column of `n` u64 values.
@@ -99,7 +109,7 @@ struct Measured {
 /// How every measurement of one run is made.
 struct Settings {
     opts: CodecOptions,
-    repeat: usize,
+    runs: Runs,
     /// Check each decode against the input.
     check: bool,
 }
@@ -114,16 +124,16 @@ fn measure<B: Codec>(
     scheme: &Scheme,
     set: &Settings,
 ) -> Result<Measured> {
-    let (opts, repeat, check) = (&set.opts, set.repeat, set.check);
+    let (opts, runs, check) = (&set.opts, set.runs, set.check);
     let mut scratch = B::Scratch::default();
     let (mut enc, mut ranges): (B::Buf<u64>, Vec<Range<usize>>) =
         b.compress_many_with(input, bounds, scheme, opts, &mut scratch)?;
-    let encode = time(b, 1, repeat, || {
+    let encode = time(b, runs, || {
         (enc, ranges) = b.compress_many_with(input, bounds, scheme, opts, &mut scratch)?;
         Ok(())
     })?;
     let mut out = b.alloc::<u64>(host.len())?;
-    let decode = time(b, 1, repeat, || {
+    let decode = time(b, runs, || {
         b.decompress_many_into(&enc, &ranges, &mut out).map(|_| ())
     })?;
     if check && b.download(&out)? != host {
@@ -141,25 +151,30 @@ fn measure<B: Codec>(
     })
 }
 
-fn report(label: &str, scheme: &str, m: &Measured, values: usize, copy_gbps: f64) {
+fn report(r: &mut Report, label: &str, scheme: &str, m: &Measured, values: usize, copy_gbps: f64) {
     let raw = (values * 8) as f64;
     let enc = m.encoded_words as f64 * 8.0;
     let gbps = |bytes: f64, t: &Timing| bytes / (t.median_ms * 1e-3) / 1e9;
-    let (e, d) = (gbps(raw, &m.encode), gbps(raw, &m.decode));
-    let (ef, df) = (
-        gbps(raw + enc, &m.encode) / copy_gbps,
-        gbps(raw + enc, &m.decode) / copy_gbps,
-    );
-    println!(
-        "{label:<16} {scheme:<20} {:>8.2}x  encode {:8.3} ms {e:8.1} GB/s ({ef:4.2} of copy)  decode {:8.3} ms {d:8.1} GB/s ({df:4.2} of copy)",
-        m.ratio, m.encode.median_ms, m.decode.median_ms
+    r.row(
+        Row::new("codec")
+            .with("column", label)
+            .with("scheme", scheme)
+            .with("values", values)
+            .with("ratio", m.ratio)
+            .with("encode ms", m.encode.median_ms)
+            .with("encode GB/s", gbps(raw, &m.encode))
+            .with("enc/copy", gbps(raw + enc, &m.encode) / copy_gbps)
+            .with("decode ms", m.decode.median_ms)
+            .with("decode GB/s", gbps(raw, &m.decode))
+            .with("dec/copy", gbps(raw + enc, &m.decode) / copy_gbps)
+            .detail("copy GB/s", copy_gbps),
     );
 }
 
-fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
+fn bench<B: Codec>(b: &B, args: &CodecArgs, ctx: &mut Ctx) -> Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
     let n = args.values.unwrap_or(if gpu { 1 << 28 } else { 1 << 22 });
-    let repeat = args.repeat.unwrap_or(if gpu { 10 } else { 3 });
+    let runs = ctx.runs(if gpu { 10 } else { 3 });
     if n == 0 {
         return Err(Error::EmptyInput("codec needs at least one value"));
     }
@@ -174,11 +189,10 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
             .collect::<Result<Vec<Scheme>>>()?,
         None => Scheme::candidates(),
     };
-    println!("device: {}", b.describe());
-    let (copy_gbps, _) = copy_bandwidth(b, n.max(1 << 20), repeat)?;
+    let (copy_gbps, _) = ctx.copy_bandwidth(b, n.max(1 << 20), runs.repeat)?;
     let set = Settings {
         opts,
-        repeat,
+        runs,
         check: !args.no_check,
     };
     let selector = SelectorConfig {
@@ -186,12 +200,13 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
         ..SelectorConfig::default()
     };
     if let Some(sf) = args.tpch {
-        return tpch(b, sf, &set, &selector, copy_gbps);
+        return tpch(b, sf, &set, &selector, copy_gbps, ctx.report);
     }
-    println!(
-        "copy bandwidth {copy_gbps:.1} GB/s (read + write); {n} u64 values per column, chunks of {}",
+    ctx.report.note(format!(
+        "copy bandwidth {copy_gbps:.1} GB/s (read + write); {n} u64 values per column, chunks of {}; \
+         enc/copy and dec/copy: (bytes read + written) / time over the copy bandwidth",
         opts.chunk_values
-    );
+    ));
     let whole = [0, n];
     let mut orderkey_input: Option<(B::Buf<u64>, Vec<u64>, Scheme)> = None;
     for name in args.columns.split(',').map(str::trim) {
@@ -199,12 +214,12 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
         let input = b.upload(&host)?;
         for s in &schemes {
             let m = measure(b, &input, &host, &whole, s, &set)?;
-            report(name, &s.to_string(), &m, n, copy_gbps);
+            report(ctx.report, name, &s.to_string(), &m, n, copy_gbps);
         }
         let sel = b.select_scheme(&input, &selector)?;
         let m = measure(b, &input, &host, &whole, &sel.scheme, &set)?;
-        report(name, "selector", &m, n, copy_gbps);
-        println!("{name:<10} selector chose {sel}");
+        report(ctx.report, name, "selector", &m, n, copy_gbps);
+        ctx.report.note(format!("{name}: selector chose {sel}"));
         if name == "orderkey" {
             orderkey_input = Some((input, host, sel.scheme));
         }
@@ -243,20 +258,29 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs) -> Result<()> {
         })
         .collect();
     let one = measure(b, &input, &host, &[0, total], &scheme, &set)?;
-    report("orderkey", &format!("{scheme} x1"), &one, total, copy_gbps);
+    let r = &mut *ctx.report;
+    report(
+        r,
+        "orderkey",
+        &format!("{scheme} x1"),
+        &one,
+        total,
+        copy_gbps,
+    );
     let many = measure(b, &input, &host, &bounds, &scheme, &set)?;
     report(
+        r,
         "orderkey",
         &format!("{scheme} x{k}"),
         &many,
         total,
         copy_gbps,
     );
-    println!(
+    r.note(format!(
         "fused {k} buffers vs one: encode {:.2}x the time, decode {:.2}x the time",
         many.encode.median_ms / one.encode.median_ms,
         many.decode.median_ms / one.decode.median_ms
-    );
+    ));
     Ok(())
 }
 
@@ -267,6 +291,7 @@ fn tpch<B: Codec>(
     set: &Settings,
     selector: &SelectorConfig,
     copy_gbps: f64,
+    r: &mut Report,
 ) -> Result<()> {
     use joinkit_datagen::tpch::{Column, column};
     for c in [
@@ -283,8 +308,18 @@ fn tpch<B: Codec>(
         let sel = b.select_scheme(&input, selector)?;
         let m = measure(b, &input, &host, &[0, host.len()], &sel.scheme, set)?;
         let label = format!("SF{sf} {}", c.name());
-        report(&label, &sel.scheme.to_string(), &m, host.len(), copy_gbps);
-        println!("{label} ({} values): selector chose {sel}", host.len());
+        report(
+            r,
+            &label,
+            &sel.scheme.to_string(),
+            &m,
+            host.len(),
+            copy_gbps,
+        );
+        r.note(format!(
+            "{label} ({} values): selector chose {sel}",
+            host.len()
+        ));
     }
     Ok(())
 }

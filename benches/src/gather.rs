@@ -8,14 +8,17 @@ use clap::Args;
 use joinkit_cuda::{Buffer, Device, DeviceKind, Element, Error, Key, Result, hash, with_backend};
 use joinkit_primitives::{Bounds, Gather, Sort};
 
-use crate::measure::{copy_bandwidth, time};
+use crate::measure::{Ctx, Runs, parse_size, sizes_or, time};
+use crate::plot::PlotSpec;
+use crate::report::Row;
 
 /// Options of `gather`.
 #[derive(Args, Debug)]
 pub(crate) struct GatherArgs {
-    /// log2 of the sizes to sweep (default 16,20,24,26,28 on a GPU, 16,20,22 on a CPU).
-    #[arg(long, value_delimiter = ',')]
-    log2_sizes: Vec<u32>,
+    /// Sizes (elements), comma separated, as 2^24 or 16777216 (default 2^16,2^20,2^24,2^26,2^28
+    /// on a GPU, 2^16,2^20,2^22 on a CPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
     /// Value widths in bytes (4, 8).
     #[arg(long, value_delimiter = ',', default_value = "4,8")]
     widths: Vec<u32>,
@@ -30,31 +33,29 @@ pub(crate) struct GatherArgs {
         default_value = "identity,half,window,random"
     )]
     maps: Vec<String>,
-    /// Timed repetitions (the median is reported).
-    #[arg(long, default_value_t = 10)]
-    repeat: usize,
 }
 
-pub(crate) fn run(device: &Device, args: &GatherArgs) -> Result<()> {
-    with_backend!(device, b => sweep(b, args))?;
+/// The plot of gather: GB/s against the size, a line per map shape and widths.
+pub(crate) const PLOT: PlotSpec = PlotSpec {
+    table: "gather",
+    x: "n",
+    x_label: "elements",
+    y: &["GB/s"],
+    y_label: "GB/s (map and values read, output written)",
+    series: &["map", "value B", "index B"],
+};
+
+pub(crate) fn run(device: &Device, args: &GatherArgs, ctx: &mut Ctx) -> Result<()> {
+    with_backend!(device, b => sweep(b, args, ctx))?;
     #[cfg(feature = "cuda")]
     if let Device::Cuda(g) = device {
-        gpu_view_level(g, args)?;
+        gpu_view_level(g, args, ctx)?;
     }
     Ok(())
 }
 
 fn sizes(args: &GatherArgs, gpu: bool) -> Vec<usize> {
-    let logs = if args.log2_sizes.is_empty() {
-        if gpu {
-            vec![16, 20, 24, 26, 28]
-        } else {
-            vec![16, 20, 22]
-        }
-    } else {
-        args.log2_sizes.clone()
-    };
-    logs.into_iter().map(|l| 1usize << l).collect()
+    sizes_or(&args.sizes, gpu, &[16, 20, 24, 26, 28], &[16, 20, 22])
 }
 
 /// A map of shape `kind` over `0..n` (a permutation except for `half`), built on the backend.
@@ -93,42 +94,42 @@ pub(crate) fn make_map<B: Sort, I: Key>(b: &B, kind: &str, n: usize) -> Result<B
     b.upload(&host)
 }
 
-fn sweep<B: Gather + Sort>(b: &B, args: &GatherArgs) -> Result<()> {
+fn sweep<B: Gather + Sort>(b: &B, args: &GatherArgs, ctx: &mut Ctx) -> Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
     let sizes = sizes(args, gpu);
     let largest = *sizes
         .iter()
         .max()
         .ok_or(Error::EmptyInput("no sizes to measure"))?;
-    println!("device: {}", b.describe());
-    let (copy_gbps, _) = copy_bandwidth(b, largest.max(1 << 20), args.repeat)?;
-    println!("copy bandwidth {copy_gbps:.1} GB/s (read + write, {largest} x u32)");
-    println!(
-        "gather_into, preallocated output, Bounds::Trust (map valid by construction; checked \
-         outside the timed loop):"
-    );
-    println!(
-        "{:<8} {:>5} {:>5} {:>10} {:>10} {:>11} {:>9} {:>7}",
-        "map", "value", "index", "n", "median ms", "G elem/s", "GB/s", "of copy"
+    let runs = ctx.runs(10);
+    let (copy_gbps, _) = ctx.copy_bandwidth(b, largest.max(1 << 20), runs.repeat)?;
+    ctx.report.note(
+        "gather: gather_into, preallocated output, Bounds::Trust (map valid by construction; \
+         checked outside the timed loop)",
     );
     for &n in &sizes {
         for &w in &args.widths {
             for &iw in &args.map_widths {
                 for kind in &args.maps {
                     let (ms, bytes) = match (w, iw) {
-                        (4, 4) => one::<B, u32, u32>(b, kind, n, args.repeat)?,
-                        (4, 8) => one::<B, u32, u64>(b, kind, n, args.repeat)?,
-                        (8, 4) => one::<B, u64, u32>(b, kind, n, args.repeat)?,
-                        (8, 8) => one::<B, u64, u64>(b, kind, n, args.repeat)?,
+                        (4, 4) => one::<B, u32, u32>(b, kind, n, runs)?,
+                        (4, 8) => one::<B, u32, u64>(b, kind, n, runs)?,
+                        (8, 4) => one::<B, u64, u32>(b, kind, n, runs)?,
+                        (8, 8) => one::<B, u64, u64>(b, kind, n, runs)?,
                         _ => return Err(Error::InvalidArgument("widths are 4 or 8 bytes".into())),
                     };
                     let gbps = bytes / (ms * 1e-3) / 1e9;
-                    println!(
-                        "{kind:<8} {:>4}B {:>4}B {n:>10} {ms:>10.3} {:>11.3} {gbps:>9.1} {:>6.1}%",
-                        w,
-                        iw,
-                        n as f64 / (ms * 1e-3) / 1e9,
-                        100.0 * gbps / copy_gbps
+                    ctx.report.row(
+                        Row::new("gather")
+                            .with("map", kind.as_str())
+                            .with("value B", w)
+                            .with("index B", iw)
+                            .with("n", n)
+                            .with("median ms", ms)
+                            .with("G elem/s", n as f64 / (ms * 1e-3) / 1e9)
+                            .with("GB/s", gbps)
+                            .with("of copy %", 100.0 * gbps / copy_gbps)
+                            .detail("copy GB/s", copy_gbps),
                     );
                 }
             }
@@ -143,13 +144,13 @@ fn one<B: Gather + Sort, T: Element, I: Key>(
     b: &B,
     kind: &str,
     n: usize,
-    repeat: usize,
+    runs: Runs,
 ) -> Result<(f64, f64)> {
     let mut src = b.alloc::<T>(n)?;
     b.fill_random(&mut src, 1, u64::MAX)?;
     let map = make_map::<B, I>(b, kind, n)?;
     let mut out = b.alloc::<T>(map.len())?;
-    let t = time(b, 2, repeat, || {
+    let t = time(b, runs, || {
         b.gather_into(&src, &map, &mut out, Bounds::Trust)
     })?;
     verify(b, &src, &map, &out)?;
@@ -182,26 +183,35 @@ fn verify<B: Gather, T: Element, I: Key>(
 /// The view-level entry point on the device (reused bounds check, read once at the end): one
 /// row per map shape, value width and index width at the largest size.
 #[cfg(feature = "cuda")]
-fn gpu_view_level(g: &joinkit_cuda::CudaBackend, args: &GatherArgs) -> Result<()> {
+fn gpu_view_level(g: &joinkit_cuda::CudaBackend, args: &GatherArgs, ctx: &mut Ctx) -> Result<()> {
     let n = *sizes(args, true)
         .iter()
         .max()
         .ok_or(Error::EmptyInput("no sizes"))?;
-    println!("view level (cuda::gather_columns, one column, reused BoundsCheck) at n = {n}:");
+    let runs = ctx.runs(10);
+    ctx.report.note(
+        "gather view level: cuda::gather_columns, one column, reused BoundsCheck, at the \
+         largest size",
+    );
     for &w in &args.widths {
         for &iw in &args.map_widths {
             for kind in &args.maps {
                 let ms = match (w, iw) {
-                    (4, 4) => view_level::<u32, u32>(g, kind, n, args.repeat)?,
-                    (4, 8) => view_level::<u32, u64>(g, kind, n, args.repeat)?,
-                    (8, 4) => view_level::<u64, u32>(g, kind, n, args.repeat)?,
-                    (8, 8) => view_level::<u64, u64>(g, kind, n, args.repeat)?,
+                    (4, 4) => view_level::<u32, u32>(g, kind, n, runs)?,
+                    (4, 8) => view_level::<u32, u64>(g, kind, n, runs)?,
+                    (8, 4) => view_level::<u64, u32>(g, kind, n, runs)?,
+                    (8, 8) => view_level::<u64, u64>(g, kind, n, runs)?,
                     _ => return Err(Error::InvalidArgument("widths are 4 or 8 bytes".into())),
                 };
                 let bytes = n as f64 * f64::from(2 * w + iw);
-                println!(
-                    "  {kind:<8} {w}B values, {iw}B indices: {ms:.3} ms, {:.1} GB/s",
-                    bytes / (ms * 1e-3) / 1e9
+                ctx.report.row(
+                    Row::new("gather view level")
+                        .with("map", kind.as_str())
+                        .with("value B", w)
+                        .with("index B", iw)
+                        .with("n", n)
+                        .with("median ms", ms)
+                        .with("GB/s", bytes / (ms * 1e-3) / 1e9),
                 );
             }
         }
@@ -215,7 +225,7 @@ fn view_level<T: Element, I: Key>(
     g: &joinkit_cuda::CudaBackend,
     kind: &str,
     n: usize,
-    repeat: usize,
+    runs: Runs,
 ) -> Result<f64> {
     use joinkit_cuda::Backend;
     use joinkit_primitives::cuda::{BoundsCheck, gather_columns};
@@ -224,7 +234,7 @@ fn view_level<T: Element, I: Key>(
     let map = make_map::<_, I>(g, kind, n)?;
     let mut out = g.alloc::<T>(n)?;
     let mut check = BoundsCheck::new(g)?;
-    let t = time(g, 2, repeat, || {
+    let t = time(g, runs, || {
         let mut ov = out.view_mut();
         gather_columns(
             g,

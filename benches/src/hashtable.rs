@@ -7,14 +7,17 @@ use clap::Args;
 use joinkit_cuda::{Device, DeviceKind, Error, Key, Result, hash, with_backend};
 use joinkit_hashtable::{HashTables, Probing, RandomAccessFloors, TableConfig, TableKind};
 
-use crate::measure::{copy_bandwidth, time};
+use crate::measure::{Ctx, parse_size, sizes_or, time};
+use crate::plot::PlotSpec;
+use crate::report::Row;
 
 /// Options of `hashtable`.
 #[derive(Args, Debug)]
 pub(crate) struct HashtableArgs {
-    /// Build sizes as powers of two; default 20,24,27 on a GPU, 14,18 on a CPU.
-    #[arg(long, value_delimiter = ',')]
-    log2_sizes: Option<Vec<u32>>,
+    /// Build sizes (rows), comma separated, as 2^20 or 1048576; default 2^20,2^24,2^27 on a
+    /// GPU, 2^14,2^18 on a CPU.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
     /// Probe rows per build row.
     #[arg(long, default_value_t = 2)]
     probe_factor: usize,
@@ -30,15 +33,23 @@ pub(crate) struct HashtableArgs {
     /// Key width in bits: 32 or 64.
     #[arg(long, default_value_t = 32)]
     key_bits: u32,
-    /// Timed repetitions (the median is reported).
-    #[arg(long, default_value_t = 10)]
-    repeat: usize,
 }
 
-pub(crate) fn run(device: &Device, args: &HashtableArgs) -> Result<()> {
+/// The plot of hashtable: build, find and count + retrieve rates against the build size, a
+/// line per table configuration.
+pub(crate) const PLOT: PlotSpec = PlotSpec {
+    table: "hashtable",
+    x: "build rows",
+    x_label: "build rows",
+    y: &["build G/s", "find G/s", "cnt+ret G/s"],
+    y_label: "G keys/s",
+    series: &["kind", "probing", "lf", "mult", "hit %"],
+};
+
+pub(crate) fn run(device: &Device, args: &HashtableArgs, ctx: &mut Ctx) -> Result<()> {
     with_backend!(device, b => match args.key_bits {
-        32 => bench::<_, u32>(b, args),
-        64 => bench::<_, u64>(b, args),
+        32 => bench::<_, u32>(b, args, ctx),
+        64 => bench::<_, u64>(b, args, ctx),
         k => Err(Error::InvalidArgument(format!("--key-bits {k}: use 32 or 64"))),
     })
 }
@@ -53,43 +64,26 @@ fn rate(keys: usize, ms: f64) -> f64 {
     keys as f64 / (ms * 1e-3) / 1e9
 }
 
-fn bench<B: HashTables + RandomAccessFloors, K: Key>(b: &B, args: &HashtableArgs) -> Result<()> {
+fn bench<B: HashTables + RandomAccessFloors, K: Key>(
+    b: &B,
+    args: &HashtableArgs,
+    ctx: &mut Ctx,
+) -> Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
-    let sizes =
-        args.log2_sizes
-            .clone()
-            .unwrap_or(if gpu { vec![20, 24, 27] } else { vec![14, 18] });
-    if sizes.is_empty() || args.probe_factor == 0 || sizes.iter().any(|&s| s > 31) {
+    let sizes = sizes_or(&args.sizes, gpu, &[20, 24, 27], &[14, 18]);
+    if args.probe_factor == 0 || sizes.iter().any(|&s| s == 0 || s > 1 << 31) {
         return Err(Error::InvalidArgument(
-            "hashtable needs sizes in 0..=31 and a probe factor of at least 1".into(),
+            "hashtable needs sizes from 1 to 2^31 and a probe factor of at least 1".into(),
         ));
     }
-    println!("device: {}", b.describe());
-    let (gbps, _) = copy_bandwidth(b, if gpu { 1 << 28 } else { 1 << 24 }, args.repeat)?;
-    println!(
-        "copy bandwidth {gbps:.1} GB/s (read + write); key u{}",
+    let copy_n = if gpu { 1 << 28 } else { 1 << 24 };
+    let (gbps, _) = ctx.copy_bandwidth(b, copy_n, ctx.runs(10).repeat)?;
+    ctx.report.note(format!(
+        "copy bandwidth {gbps:.1} GB/s (read + write); key u{}; the floors: one random 8-byte \
+         write per build key (wr-floor), one random 8-byte read per probe key (rd-floor)",
         K::BITS
-    );
-    println!(
-        "{:<10} {:<7} {:>4} {:>4} {:>4} {:>11} {:>11} | {:>7} {:>6} | {:>7} {:>6} | {:>7} {:>6} | {:>6} {:>6}",
-        "kind",
-        "probing",
-        "lf",
-        "mult",
-        "hit%",
-        "build",
-        "probe",
-        "build",
-        "/floor",
-        "find",
-        "/floor",
-        "cnt+ret",
-        "/floor",
-        "wr-fl",
-        "rd-fl"
-    );
-    for &log2 in &sizes {
-        let n = 1usize << log2;
+    ));
+    for &n in &sizes {
         let probes = n * args.probe_factor;
         for &mult in &args.multiplicity {
             let mult = mult.max(1);
@@ -122,7 +116,7 @@ fn bench<B: HashTables + RandomAccessFloors, K: Key>(b: &B, args: &HashtableArgs
                 }
                 configs.push(TableConfig::chained());
                 for config in configs {
-                    row(b, args, &keys, &probe, &config, mult, hit)?;
+                    row(b, ctx, &keys, &probe, &config, mult, hit)?;
                 }
             }
         }
@@ -132,7 +126,7 @@ fn bench<B: HashTables + RandomAccessFloors, K: Key>(b: &B, args: &HashtableArgs
 
 fn row<B: HashTables + RandomAccessFloors, K: Key>(
     b: &B,
-    args: &HashtableArgs,
+    ctx: &mut Ctx,
     keys: &B::Buf<K>,
     probe: &B::Buf<K>,
     config: &TableConfig,
@@ -140,25 +134,24 @@ fn row<B: HashTables + RandomAccessFloors, K: Key>(
     hit: u32,
 ) -> Result<()> {
     use joinkit_cuda::Buffer as _;
+    let runs = ctx.runs(10);
     let (n, probes) = (keys.len(), probe.len());
     // Floors over a table of as many 8-byte words as the table has slots.
     let words = config.capacity_for(n)?;
     let mut floor_table = b.alloc::<u64>(words)?;
     b.fill(&mut floor_table, 0)?;
     let mut floor_out = b.alloc::<u32>(probes)?;
-    let fw = time(b, 1, args.repeat, || {
-        b.floor_random_write(keys, &mut floor_table, 1)
-    })?;
-    let fr = time(b, 1, args.repeat, || {
+    let fw = time(b, runs, || b.floor_random_write(keys, &mut floor_table, 1))?;
+    let fr = time(b, runs, || {
         b.floor_random_read(probe, &floor_table, &mut floor_out, 1)
     })?;
     drop((floor_table, floor_out));
     let (wr_floor, rd_floor) = (rate(n, fw.median_ms), rate(probes, fr.median_ms));
 
-    let tb = time(b, 1, args.repeat, || b.build_table(keys, config).map(drop))?;
+    let tb = time(b, runs, || b.build_table(keys, config).map(drop))?;
     let table = b.build_table(keys, config)?;
-    let tf = time(b, 1, args.repeat, || b.find(&table, probe).map(drop))?;
-    let tr = time(b, 1, args.repeat, || b.probe_pairs(&table, probe).map(drop))?;
+    let tf = time(b, runs, || b.find(&table, probe).map(drop))?;
+    let tr = time(b, runs, || b.probe_pairs(&table, probe).map(drop))?;
     let (build, find, pairs) = (
         rate(n, tb.median_ms),
         rate(probes, tf.median_ms),
@@ -179,11 +172,23 @@ fn row<B: HashTables + RandomAccessFloors, K: Key>(
             table.load_factor(),
         ),
     };
-    println!(
-        "{kind:<10} {probing:<7} {lf:>4.2} {mult:>4} {hit:>4} {n:>11} {probes:>11} | {build:>7.2} {:>6.2} | {find:>7.2} {:>6.2} | {pairs:>7.2} {:>6.2} | {wr_floor:>6.2} {rd_floor:>6.2}",
-        build / wr_floor,
-        find / rd_floor,
-        pairs / rd_floor
+    ctx.report.row(
+        Row::new("hashtable")
+            .with("kind", kind)
+            .with("probing", probing)
+            .with("lf", lf)
+            .with("mult", mult)
+            .with("hit %", hit)
+            .with("build rows", n)
+            .with("probe rows", probes)
+            .with("build G/s", build)
+            .with("build/floor", build / wr_floor)
+            .with("find G/s", find)
+            .with("find/floor", find / rd_floor)
+            .with("cnt+ret G/s", pairs)
+            .with("cnt+ret/floor", pairs / rd_floor)
+            .with("wr-floor", wr_floor)
+            .with("rd-floor", rd_floor),
     );
     Ok(())
 }

@@ -1,76 +1,318 @@
-//! `joinkit-bench join`: the papers' join workloads on the best device — |R| unique keys
-//! shuffled, |S| foreign keys (a match ratio, or Zipf skew), narrow or wide, 4- or 8-byte keys,
-//! or TPC-H `orders ⋈ lineitem` — every algorithm, per-phase times, throughput
-//! ((|R| + |S|) / time), peak device memory and the bytes floor.
+//! `joinkit-bench join`: joins on the best device, of two files or of the papers' workloads.
+//!
+//! Files (`--left`, `--right`, `--on`): Parquet or Arrow IPC inputs, the result written to
+//! `--out`. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
+//! u32 and u64 keys; Int32 and Int64 are bit-cast to them, which keeps equality, the only
+//! relation a join compares (output columns keep their signed type). Every column, the key
+//! included, is carried to the output: the left columns, then (inner and left outer joins) the
+//! right ones, a right name that is already taken getting `_right` appended. In a left outer
+//! join the right columns of unmatched left rows are nulls.
+//!
+//! Workloads: |R| unique keys shuffled, |S| foreign keys (a match ratio, or Zipf skew), narrow
+//! or wide, 4- or 8-byte keys, or TPC-H `orders ⋈ lineitem`, with every algorithm: per-phase
+//! times, throughput ((|R| + |S|) / time), peak device memory and the bytes floor.
 
+use std::path::PathBuf;
+
+use arrow_buffer::NullBuffer;
+use arrow_schema::Field;
 use clap::Args;
-use joinkit::{Algorithm, Column, JoinBackend, JoinKind, JoinOptions, Table, join_columns};
-use joinkit_cuda::{Backend, Device, DeviceKind, Error, Key, Result, with_backend};
+use joinkit::{
+    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Materialized, Table,
+    join_columns,
+};
+use joinkit_cuda::{
+    Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, each_column, map_column,
+    with_backend,
+};
 use joinkit_datagen as datagen;
 
-use crate::measure::{copy_bandwidth, parse_size};
+use crate::error::{BenchError, Result};
+use crate::files::{self, HostTable};
+use crate::measure::{Ctx, Runs, parse_size};
+use crate::plot::PlotSpec;
+use crate::report::Row;
 
 /// Options of `join`.
 #[derive(Args, Debug)]
 pub(crate) struct JoinArgs {
-    /// Rows of R, the unique-key (build) side; default 2^27 on a GPU, 2^20 on a CPU.
-    #[arg(long, value_parser = parse_size)]
-    r: Option<usize>,
-    /// Rows of S, the foreign-key (probe) side; default 2 × |R|.
-    #[arg(long, value_parser = parse_size)]
-    s: Option<usize>,
-    /// Key width in bits: 32 or 64 (payloads have the same width).
-    #[arg(long, default_value_t = 32)]
-    key_bits: u32,
-    /// Payload columns per side (1 = narrow; 2 = the papers' "2+2 wide").
-    #[arg(long, default_value_t = 1)]
-    payloads: usize,
-    /// Fraction of S rows whose key is in R (uniform over R).
-    #[arg(long, default_value_t = 1.0)]
-    match_ratio: f64,
-    /// Zipf exponent of S's keys over R (overrides --match-ratio; 0 is uniform).
-    #[arg(long)]
-    zipf: Option<f64>,
-    /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead.
-    #[arg(long)]
-    tpch: Option<f64>,
-    /// Algorithms to run, by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, auto); default all.
+    /// Left input: a Parquet or Arrow IPC file (joins two files, with --right and --on,
+    /// instead of a generated workload).
+    #[arg(long, requires_all = ["right", "on"], help_heading = "Joining files")]
+    left: Option<PathBuf>,
+    /// Right input: a Parquet or Arrow IPC file.
+    #[arg(long, requires = "left", help_heading = "Joining files")]
+    right: Option<PathBuf>,
+    /// Key columns, LEFT=RIGHT (or one NAME on both sides); both of one type among Int32,
+    /// Int64, UInt32, UInt64.
+    #[arg(long, requires = "left", help_heading = "Joining files")]
+    on: Option<String>,
+    /// Output file: Parquet, or Arrow IPC for a .arrow, .feather or .ipc name (default: no
+    /// output, statistics only).
+    #[arg(long, requires = "left", help_heading = "Joining files")]
+    out: Option<PathBuf>,
+    /// Join kind: inner, left-semi, left-anti or left-outer.
+    #[arg(long, default_value = "inner", value_parser = parse_kind)]
+    kind: JoinKind,
+    /// Algorithms by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, auto), comma separated;
+    /// default: all for a workload, auto for files (which take one).
     #[arg(long, value_delimiter = ',')]
     algorithm: Vec<String>,
-    /// Untimed runs before timing.
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    /// Timed runs (the median run is reported).
-    #[arg(long, default_value_t = 10)]
-    repeat: usize,
+    /// Rows of R, the unique-key (build) side, as 2^27 or 134217728; default 2^27 on a GPU,
+    /// 2^20 on a CPU.
+    #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
+    r: Option<usize>,
+    /// Rows of S, the foreign-key (probe) side; default 2 × |R|.
+    #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
+    s: Option<usize>,
+    /// Key width in bits: 32 or 64 (payloads have the same width).
+    #[arg(
+        long,
+        default_value_t = 32,
+        conflicts_with = "left",
+        help_heading = "Generated workloads"
+    )]
+    key_bits: u32,
+    /// Payload columns per side (1 = narrow; 2 = the papers' "2+2 wide").
+    #[arg(
+        long,
+        default_value_t = 1,
+        conflicts_with = "left",
+        help_heading = "Generated workloads"
+    )]
+    payloads: usize,
+    /// Fraction of S rows whose key is in R (uniform over R).
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        conflicts_with = "left",
+        help_heading = "Generated workloads"
+    )]
+    match_ratio: f64,
+    /// Zipf exponent of S's keys over R (overrides --match-ratio; 0 is uniform).
+    #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
+    zipf: Option<f64>,
+    /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead.
+    #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
+    tpch: Option<f64>,
     /// Seed of the generated keys.
-    #[arg(long, default_value_t = 42)]
+    #[arg(
+        long,
+        default_value_t = 42,
+        conflicts_with = "left",
+        help_heading = "Generated workloads"
+    )]
     seed: u64,
 }
 
-pub(crate) fn run(device: &Device, args: &JoinArgs) -> Result<()> {
-    let algorithms = if args.algorithm.is_empty() {
-        Algorithm::CONCRETE.to_vec()
-    } else {
-        args.algorithm
-            .iter()
-            .map(|n| {
-                Algorithm::from_name(n)
-                    .ok_or_else(|| Error::InvalidArgument(format!("unknown algorithm {n:?}")))
-            })
-            .collect::<Result<Vec<_>>>()?
-    };
-    match args.key_bits {
-        32 => with_backend!(device, b => bench::<_, u32>(b, args, &algorithms)),
-        64 => with_backend!(device, b => bench::<_, u64>(b, args, &algorithms)),
-        w => Err(Error::InvalidArgument(format!(
-            "--key-bits {w}: use 32 or 64"
-        ))),
-    }
+/// The plot of a join sweep: throughput against |R|, a line per algorithm.
+pub(crate) const PLOT: PlotSpec = PlotSpec {
+    table: "join",
+    x: "r",
+    x_label: "|R| (rows)",
+    y: &["M tuples/s"],
+    y_label: "(|R| + |S|) / time (M tuples/s)",
+    series: &["algorithm", "kind"],
+};
+
+/// Kinds by their command-line names.
+const KINDS: [(&str, JoinKind); 4] = [
+    ("inner", JoinKind::Inner),
+    ("left-semi", JoinKind::LeftSemi),
+    ("left-anti", JoinKind::LeftAnti),
+    ("left-outer", JoinKind::LeftOuter),
+];
+
+fn parse_kind(s: &str) -> std::result::Result<JoinKind, String> {
+    KINDS
+        .iter()
+        .find(|k| k.0.eq_ignore_ascii_case(s.trim()))
+        .map(|k| k.1)
+        .ok_or_else(|| format!("{s:?}: use inner, left-semi, left-anti or left-outer"))
 }
 
-/// The workload: R's and S's keys on the host.
-fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> Result<(Vec<K>, Vec<K>, String)> {
+fn kind_name(kind: JoinKind) -> &'static str {
+    KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
+}
+
+pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
+    let mut algorithms = args
+        .algorithm
+        .iter()
+        .map(|n| {
+            Algorithm::from_name(n)
+                .ok_or_else(|| Error::InvalidArgument(format!("unknown algorithm {n:?}")))
+        })
+        .collect::<joinkit_cuda::Result<Vec<_>>>()?;
+    if let (Some(left), Some(right), Some(on)) = (&args.left, &args.right, &args.on) {
+        let algorithm = match algorithms[..] {
+            [] => Algorithm::Auto,
+            [a] => a,
+            _ => {
+                return Err(BenchError::Usage(
+                    "a join of files takes one --algorithm (sweep to compare them)".into(),
+                ));
+            }
+        };
+        let opts = JoinOptions::new(args.kind).algorithm(algorithm);
+        return join_files(
+            device,
+            (left, right, on.as_str()),
+            args.out.as_deref(),
+            &opts,
+            ctx,
+        );
+    }
+    if algorithms.is_empty() {
+        algorithms = Algorithm::CONCRETE.to_vec();
+    }
+    match args.key_bits {
+        32 => with_backend!(device, b => bench::<_, u32>(b, args, &algorithms, ctx))?,
+        64 => with_backend!(device, b => bench::<_, u64>(b, args, &algorithms, ctx))?,
+        w => {
+            return Err(BenchError::Usage(format!("--key-bits {w}: use 32 or 64")));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a join as `runs` says and returns the last output with the statistics of the median
+/// timed run (by total time). Each output is freed before the next run.
+fn median_run<B: JoinBackend, K: Key>(
+    b: &B,
+    left: &Table<B, K>,
+    right: &Table<B, K>,
+    opts: &JoinOptions,
+    Runs { warmup, repeat }: Runs,
+) -> joinkit_cuda::Result<(Materialized<B>, JoinStats)> {
+    for _ in 0..warmup {
+        join_columns(b, left, right, opts)?;
+    }
+    let (mut out, first) = join_columns(b, left, right, opts)?;
+    let mut runs = vec![first];
+    for _ in 1..repeat {
+        drop(out);
+        let (o, st) = join_columns(b, left, right, opts)?;
+        out = o;
+        runs.push(st);
+    }
+    runs.sort_by(|a, c| a.total_ms().total_cmp(&c.total_ms()));
+    let median = runs.swap_remove(runs.len() / 2);
+    Ok((out, median))
+}
+
+/// A join's statistics as row fields, after the row's own.
+fn with_stats(row: Row, st: &JoinStats) -> Row {
+    row.with("algorithm", st.algorithm.name())
+        .with("kind", kind_name(st.kind))
+        .with("total ms", st.total_ms())
+        .with("transform ms", st.phase_ms("transform"))
+        .with("match ms", st.phase_ms("match"))
+        .with("materialize ms", st.phase_ms("materialize"))
+        .with("M tuples/s", st.mtuples_per_s())
+        .with("out rows", st.output_rows)
+        .with_opt(
+            "peak MiB",
+            st.peak_memory_bytes.map(|p| p as f64 / (1 << 20) as f64),
+        )
+}
+
+/// Joins two files on their key columns and writes the result (see the module's docs).
+fn join_files(
+    device: &Device,
+    (left, right, on): (&PathBuf, &PathBuf, &str),
+    out: Option<&std::path::Path>,
+    opts: &JoinOptions,
+    ctx: &mut Ctx,
+) -> Result<()> {
+    let (lk, rk) = on.split_once('=').unwrap_or((on, on));
+    let (left, right) = (files::read(left)?, files::read(right)?);
+    let (li, ri) = (left.find(lk.trim())?, right.find(rk.trim())?);
+    let (lt, rt) = (left.fields[li].data_type(), right.fields[ri].data_type());
+    if lt != rt {
+        return Err(BenchError::Usage(format!(
+            "key types differ: {}'s {lk:?} is {lt}, {}'s {rk:?} is {rt}; cast one side",
+            left.path.display(),
+            right.path.display()
+        )));
+    }
+    let (fields, columns, st) = if left.columns[li].width() == 4 {
+        with_backend!(device, b => join_tables::<_, u32>(b, (&left, li), (&right, ri), opts, ctx))?
+    } else {
+        with_backend!(device, b => join_tables::<_, u64>(b, (&left, li), (&right, ri), opts, ctx))?
+    };
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let mut note = format!("{} rows, columns {}", st.output_rows, names.join(", "));
+    if let Some(path) = out {
+        note = format!("wrote {}: {note}", path.display());
+        files::write(path, fields, columns)?;
+    }
+    ctx.report.note(note);
+    ctx.report.row(with_stats(
+        Row::new("join")
+            .with("left rows", left.rows())
+            .with("right rows", right.rows()),
+        &st,
+    ));
+    Ok(())
+}
+
+/// The output columns of a join of files: names, types, values.
+type Output = (Vec<Field>, Vec<arrow_array::ArrayRef>, JoinStats);
+
+/// Uploads both files' columns (every column a payload, the key also as `K`), joins them and
+/// downloads the output.
+fn join_tables<B: JoinBackend, K: Key>(
+    b: &B,
+    (left, li): (&HostTable, usize),
+    (right, ri): (&HostTable, usize),
+    opts: &JoinOptions,
+    ctx: &mut Ctx,
+) -> joinkit_cuda::Result<Output> {
+    let table = |t: &HostTable, key: usize| -> joinkit_cuda::Result<Table<B, K>> {
+        let keys: Vec<K> = each_column!(&t.columns[key], c => c.iter().map(|x| K::from_u64(x.to_bits())).collect());
+        let payloads = t
+            .columns
+            .iter()
+            .map(|c| Ok(map_column!(c, c, T => b.upload::<T>(c)?)))
+            .collect::<joinkit_cuda::Result<Vec<_>>>()?;
+        Table::new(b.upload(&keys)?, payloads)
+    };
+    let (l, r) = (table(left, li)?, table(right, ri)?);
+    let (m, st) = median_run(b, &l, &r, opts, ctx.runs_or(0, 1))?;
+    drop((l, r));
+    let down = |c: &Column<B>| -> joinkit_cuda::Result<Column<CpuBackend>> {
+        Ok(map_column!(c, c, T => b.download::<T>(c)?))
+    };
+    let nulls = match &m.right_valid {
+        Some(v) => Some(NullBuffer::from(
+            b.download(v)?
+                .iter()
+                .map(|&x| x != 0)
+                .collect::<Vec<bool>>(),
+        )),
+        None => None,
+    };
+    let mut fields: Vec<Field> = Vec::new();
+    let mut columns = Vec::new();
+    for (f, c) in left.fields.iter().zip(&m.left) {
+        fields.push(f.as_ref().clone());
+        columns.push(files::to_arrow(down(c)?, None));
+    }
+    for (f, c) in right.fields.iter().zip(&m.right) {
+        let mut name = f.name().clone();
+        while fields.iter().any(|g| *g.name() == name) {
+            name.push_str("_right");
+        }
+        let nullable = f.is_nullable() || nulls.is_some();
+        fields.push(f.as_ref().clone().with_name(name).with_nullable(nullable));
+        columns.push(files::to_arrow(down(c)?, nulls.clone()));
+    }
+    Ok((fields, columns, st))
+}
+
+/// The workload: R's and S's keys on the host, and a description.
+fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>, Vec<K>, String)> {
     if let Some(sf) = args.tpch {
         let o = datagen::tpch::column(datagen::tpch::Column::OOrderkey, sf);
         let l = datagen::tpch::column(datagen::tpch::Column::LOrderkey, sf);
@@ -107,7 +349,12 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> Result<(Vec<K>, Vec<K>, Strin
     Ok((r, s, format!("|R| = {nr}, |S| = {ns}, {shape}")))
 }
 
-fn table<B: Backend, K: Key>(b: &B, keys: &[K], payloads: usize, salt: u64) -> Result<Table<B, K>> {
+fn table<B: Backend, K: Key>(
+    b: &B,
+    keys: &[K],
+    payloads: usize,
+    salt: u64,
+) -> joinkit_cuda::Result<Table<B, K>> {
     let cols = (0..payloads as u64)
         .map(|c| {
             Ok(if K::BITS == 32 {
@@ -116,72 +363,48 @@ fn table<B: Backend, K: Key>(b: &B, keys: &[K], payloads: usize, salt: u64) -> R
                 Column::U64(b.upload(&datagen::payload::<K, u64>(keys, salt + c))?)
             })
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<joinkit_cuda::Result<Vec<_>>>()?;
     Table::new(b.upload(keys)?, cols)
 }
 
-fn bench<B: JoinBackend, K: Key>(b: &B, args: &JoinArgs, algorithms: &[Algorithm]) -> Result<()> {
+fn bench<B: JoinBackend, K: Key>(
+    b: &B,
+    args: &JoinArgs,
+    algorithms: &[Algorithm],
+    ctx: &mut Ctx,
+) -> joinkit_cuda::Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
-    println!("device: {}", b.describe());
-    let (bw, _) = copy_bandwidth(b, if gpu { 1 << 28 } else { 1 << 24 }, 10)?;
-    println!("copy bandwidth: {bw:.1} GB/s (read + write)");
+    let (bw, _) = ctx.copy_bandwidth(b, if gpu { 1 << 28 } else { 1 << 24 }, 10)?;
     let (r, s, shape) = workload::<K>(args, gpu)?;
-    println!(
-        "workload: {shape}, {}-bit keys, {} payload column(s) per side",
-        K::BITS,
-        args.payloads
-    );
     let (right, left) = (
         table(b, &r, args.payloads, 100)?,
         table(b, &s, args.payloads, 200)?,
     );
-    let width = (K::BITS / 8) as f64;
-    println!(
-        "{:<13} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>12}",
-        "algorithm",
-        "total ms",
-        "transf.",
-        "match",
-        "mater.",
-        "M tuples/s",
-        "out rows",
-        "floor %",
-        "peak MiB"
+    ctx.report.note(
+        "floor %: the time to read the inputs and write the output once at the copy bandwidth \
+         measured at start, over the join's time",
     );
+    let width = (K::BITS / 8) as f64;
+    let runs = ctx.runs(10);
     for &algorithm in algorithms {
-        let opts = JoinOptions::new(JoinKind::Inner)
+        let opts = JoinOptions::new(args.kind)
             .algorithm(algorithm)
             .right_unique(true); // R's keys are unique in every workload here
-        for _ in 0..args.warmup {
-            join_columns(b, &left, &right, &opts)?;
-        }
-        let mut runs = Vec::with_capacity(args.repeat.max(1));
-        for _ in 0..args.repeat.max(1) {
-            let (out, stats) = join_columns(b, &left, &right, &opts)?;
-            drop(out);
-            runs.push(stats);
-        }
-        runs.sort_by(|a, c| a.total_ms().total_cmp(&c.total_ms()));
-        let st = &runs[runs.len() / 2];
+        let (out, st) = median_run(b, &left, &right, &opts, runs)?;
+        drop(out);
         // Bytes floor: inputs read once (keys and payloads) plus the output written once
         // (the payloads of both sides per output row), over the measured copy bandwidth.
         let inputs = (r.len() + s.len()) as f64 * width * (1 + args.payloads) as f64;
         let output = st.output_rows as f64 * width * (2 * args.payloads) as f64;
         let floor_ms = (inputs + output) / (bw * 1e9) * 1e3;
-        println!(
-            "{:<13} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.1} {:>9} {:>8.1}% {:>12}",
-            st.algorithm.name(),
-            st.total_ms(),
-            st.phase_ms("transform"),
-            st.phase_ms("match"),
-            st.phase_ms("materialize"),
-            st.mtuples_per_s(),
-            st.output_rows,
-            100.0 * floor_ms / st.total_ms(),
-            st.peak_memory_bytes.map_or("-".to_string(), |p| format!(
-                "{:.0}",
-                p as f64 / (1 << 20) as f64
-            )),
+        let row = Row::new("join").with("r", r.len()).with("s", s.len());
+        ctx.report.row(
+            with_stats(row, &st)
+                .with("floor %", 100.0 * floor_ms / st.total_ms())
+                .detail("key-bits", K::BITS)
+                .detail("payloads", args.payloads)
+                .detail("workload", shape.as_str())
+                .detail("copy GB/s", bw),
         );
     }
     Ok(())

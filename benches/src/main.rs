@@ -1,36 +1,87 @@
 //! `joinkit-bench`: joinkit's command line. Runs on the best device (a CUDA GPU where the build
 //! has the `cuda` feature and one is present, else the CPU) unless `--device` says otherwise.
+//! Every subcommand prints a table, writes its rows as JSON lines and, where an axis varies,
+//! plots them; `--sweep` runs any subcommand over the product of option values.
 
 mod codec;
+mod error;
+mod files;
 mod gather;
 mod hashtable;
 mod join;
 mod measure;
 mod partition;
+mod plot;
+mod report;
 mod smoke;
 mod sort;
+mod sweep;
 
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use joinkit_cuda::Device;
 
-#[derive(Parser)]
+use crate::error::{BenchError, Result};
+use crate::measure::{CopyCache, Ctx};
+use crate::plot::PlotSpec;
+use crate::report::Report;
+use crate::sweep::Axis;
+
+/// What `joinkit-bench` with no subcommand runs: a join sweep over sizes with every algorithm.
+const TOUR: [&str; 5] = ["join", "--sweep", "r=2^16..2^20", "--repeat", "3"];
+
+#[derive(Parser, Debug)]
 #[command(
     name = "joinkit-bench",
     version,
-    about = "joinkit microbenchmarks and joins on the best device"
+    args_override_self = true,
+    about = "joinkit's joins and microbenchmarks on the best device: tables, JSON lines, plots",
+    after_help = "With no subcommand: the tour, `joinkit-bench join --sweep r=2^16..2^20 \
+                  --repeat 3` (every join algorithm over |R| = 2^16 to 2^20, |S| = 2 |R|), \
+                  taking the options above.\n\
+                  Sizes are written 2^27 or 134217728 everywhere."
 )]
 struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Options of every subcommand (before or after its name).
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Every subcommand")]
+struct Common {
     /// Device to run on: `cpu`, `cuda` or `cuda:N` (default: the best available; the
     /// JOINKIT_DEVICE environment variable works too).
     #[arg(long, global = true)]
     device: Option<String>,
-    #[command(subcommand)]
-    command: Command,
+    /// Timed runs of each measurement; the median is reported (default: 10; codec on a CPU:
+    /// 3; a join of files: 1).
+    #[arg(long, global = true)]
+    repeat: Option<usize>,
+    /// Untimed runs before timing (default: 1; a join of files: 0).
+    #[arg(long, global = true)]
+    warmup: Option<usize>,
+    /// A sweep axis NAME=V1,V2,...: runs the subcommand once per value, as if `--NAME V` were
+    /// given. NAME is any option taking a value (r, s, algorithm, kind, sizes, device, ...);
+    /// `2^A..2^B` stands for every power of two between. Repeat for more axes: every
+    /// combination runs. Example: --sweep r=2^16..2^20 --sweep key-bits=32,64.
+    #[arg(long, global = true, value_parser = sweep::parse_axis)]
+    sweep: Vec<Axis>,
+    /// Directory for `<name>.jsonl` (every row with the device, git revision and command
+    /// line) and the plots `<name>.svg` and `.png`.
+    #[arg(long, global = true, default_value = "target/joinkit-bench")]
+    out_dir: PathBuf,
+    /// Stem of the output files instead of the subcommand's name (for example `join-h200`).
+    #[arg(long, global = true)]
+    name: Option<String>,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 enum Command {
     /// Measure the device's copy bandwidth, then sort and check a large random array.
     Smoke(smoke::SmokeArgs),
@@ -49,37 +100,220 @@ enum Command {
     /// sizes, load factors, hit rates and multiplicity, as G keys/s and the fraction of the
     /// random-access floors (one random 8-byte write / read per key) measured in the same run.
     Hashtable(hashtable::HashtableArgs),
-    /// The papers' join workloads (or TPC-H orders ⋈ lineitem) with every algorithm: per-phase
-    /// times, (|R| + |S|) / time, peak device memory and the fraction of the bytes floor.
+    /// Join two Parquet or Arrow IPC files (--left, --right, --on, --out), or run the papers'
+    /// join workloads (or TPC-H orders ⋈ lineitem) with every algorithm: per-phase times,
+    /// (|R| + |S|) / time, peak device memory and the fraction of the bytes floor.
     Join(join::JoinArgs),
 }
 
+impl Command {
+    /// The subcommand's name: the stem of its output files.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Smoke(_) => "smoke",
+            Command::Gather(_) => "gather",
+            Command::Sort(_) => "sort",
+            Command::Codec(_) => "codec",
+            Command::Partition(_) => "partition",
+            Command::Hashtable(_) => "hashtable",
+            Command::Join(_) => "join",
+        }
+    }
+
+    fn plot(&self) -> Option<PlotSpec> {
+        match self {
+            Command::Smoke(_) => None,
+            Command::Gather(_) => Some(gather::PLOT),
+            Command::Sort(_) => Some(sort::PLOT),
+            Command::Codec(_) => Some(codec::PLOT),
+            Command::Partition(_) => Some(partition::PLOT),
+            Command::Hashtable(_) => Some(hashtable::PLOT),
+            Command::Join(_) => Some(join::PLOT),
+        }
+    }
+
+    fn run(&self, device: &Device, ctx: &mut Ctx) -> Result<()> {
+        match self {
+            Command::Smoke(args) => Ok(smoke::run(device, args, ctx)?),
+            Command::Gather(args) => Ok(gather::run(device, args, ctx)?),
+            Command::Sort(args) => Ok(sort::run(device, args, ctx)?),
+            Command::Codec(args) => Ok(codec::run(device, args, ctx)?),
+            Command::Partition(args) => Ok(partition::run(device, args, ctx)?),
+            Command::Hashtable(args) => Ok(hashtable::run(device, args, ctx)?),
+            Command::Join(args) => join::run(device, args, ctx),
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let device = match &cli.device {
-        Some(spec) => match Device::from_spec(spec) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("joinkit-bench: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        None => Device::best(),
-    };
-    let result = match cli.command {
-        Command::Smoke(args) => smoke::run(&device, &args),
-        Command::Gather(args) => gather::run(&device, &args),
-        Command::Sort(args) => sort::run(&device, &args),
-        Command::Codec(args) => codec::run(&device, &args),
-        Command::Partition(args) => partition::run(&device, &args),
-        Command::Hashtable(args) => hashtable::run(&device, &args),
-        Command::Join(args) => join::run(&device, &args),
-    };
-    match result {
+    match run(std::env::args_os().collect()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("joinkit-bench: {e}");
+            // One line, whatever the source error's formatting.
+            let text = e.to_string();
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("joinkit-bench: {}", lines.join("; "));
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(mut argv: Vec<OsString>) -> Result<()> {
+    let mut cli = Cli::parse_from(&argv);
+    if cli.command.is_none() {
+        argv.splice(1..1, TOUR.map(OsString::from));
+        cli = Cli::parse_from(&argv);
+    }
+    let command = subcommand(&cli)?;
+    let options = long_options(command.name());
+    if let Some(a) = cli.common.sweep.iter().find(|a| !options.contains(&a.name)) {
+        return Err(BenchError::Usage(format!(
+            "sweep axis {:?} is not an option of `{}` taking a value",
+            a.name,
+            command.name()
+        )));
+    }
+    // Parse every run before the first starts: a bad value fails now, not an hour in.
+    let runs = sweep::points(&argv, &cli.common.sweep)?
+        .into_iter()
+        .map(|p| {
+            let c = Cli::try_parse_from(&p.argv).map_err(|e| {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                BenchError::Usage(format!(
+                    "sweep {}: {}",
+                    p.label,
+                    first.trim_start_matches("error: ")
+                ))
+            })?;
+            Ok((p, c))
+        })
+        .collect::<Result<Vec<_>>>()?;
+
+    let mut report = Report::new(command.name(), command_line(&argv), runs.len());
+    let mut copies = CopyCache::new();
+    let mut device: Option<(Option<String>, Device)> = None;
+    let mut run_point = |point: &sweep::Point, c: &Cli| -> Result<()> {
+        let spec = &c.common.device;
+        let d = match device.take() {
+            Some((s, d)) if s == *spec => d,
+            _ => match spec {
+                Some(s) => Device::from_spec(s)?,
+                None => Device::best(),
+            },
+        };
+        report.start_point(&point.label, point.values.clone(), d.describe());
+        let mut ctx = Ctx {
+            repeat: c.common.repeat,
+            warmup: c.common.warmup,
+            report: &mut report,
+            copies: &mut copies,
+        };
+        subcommand(c)?.run(&d, &mut ctx)?;
+        report.end_point();
+        device = Some((spec.clone(), d));
+        Ok(())
+    };
+    // A failure ends the sweep, and what was measured before it is still reported.
+    let failed = runs.iter().try_for_each(|(p, c)| run_point(p, c)).err();
+    if failed.is_none() || report.has_rows() {
+        let axes: Vec<String> = cli.common.sweep.iter().map(|a| a.name.clone()).collect();
+        let stem = cli.common.name.as_deref().unwrap_or(command.name());
+        report.finish(&cli.common.out_dir, stem, command.plot().as_ref(), &axes)?;
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// The subcommand of a parsed command line (the tour's insertion gives every one its own).
+fn subcommand(cli: &Cli) -> Result<&Command> {
+    cli.command
+        .as_ref()
+        .ok_or_else(|| BenchError::Usage("no subcommand".into()))
+}
+
+/// The long options taking a value of subcommand `name`, the global ones included.
+fn long_options(name: &str) -> Vec<String> {
+    let cli = Cli::command();
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    let global = cli.get_arguments().filter(|a| takes_value(a));
+    let own = cli
+        .find_subcommand(name)
+        .into_iter()
+        .flat_map(|s| s.get_arguments().filter(|a| takes_value(a)));
+    global
+        .chain(own)
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect()
+}
+
+/// The command line as a shell would take it, for the JSON lines.
+fn command_line(argv: &[OsString]) -> String {
+    let quote = |s: String| {
+        if !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_./=:,^+-".contains(c))
+        {
+            s
+        } else {
+            format!("'{}'", s.replace('\'', r"'\''"))
+        }
+    };
+    std::iter::once("joinkit-bench".to_string())
+        .chain(
+            argv.iter()
+                .skip(1)
+                .map(|a| quote(a.to_string_lossy().into_owned())),
+        )
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_axes_are_long_options() {
+        let join = long_options("join");
+        for name in ["r", "algorithm", "kind", "device", "repeat", "left"] {
+            assert!(join.contains(&name.to_string()), "{name}");
+        }
+        assert!(!join.contains(&"help".to_string()));
+    }
+
+    #[test]
+    fn command_lines_are_quoted() {
+        let argv: Vec<OsString> = ["/x/joinkit-bench", "join", "--on", "a b"]
+            .map(OsString::from)
+            .to_vec();
+        assert_eq!(command_line(&argv), "joinkit-bench join --on 'a b'");
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_option_is_documented() {
+        let mut cli = Cli::command();
+        cli.build();
+        let subs: Vec<&clap::Command> = cli.get_subcommands().chain([&cli]).collect();
+        for sub in subs {
+            for a in sub.get_arguments() {
+                if !["help", "version"].contains(&a.get_id().as_str()) {
+                    assert!(
+                        a.get_help().is_some(),
+                        "{} --{}",
+                        sub.get_name(),
+                        a.get_id()
+                    );
+                }
+            }
         }
     }
 }

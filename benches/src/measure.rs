@@ -1,7 +1,62 @@
 //! Timing by the method of docs/results: warm-up runs, then the median of timed repetitions,
 //! each timed the backend's way (CUDA events on a GPU, the wall clock on the CPU).
 
+use std::collections::HashMap;
+
 use joinkit_cuda::{Backend, Buffer, Result};
+
+use crate::report::Report;
+
+/// Copy bandwidths measured in a run, by device description and size.
+pub(crate) type CopyCache = HashMap<(String, usize), (f64, Timing)>;
+
+/// What every measurement of a run shares: the timing options (`--repeat`, `--warmup`, whose
+/// defaults each subcommand chooses), the report the results go to, and the reference copy
+/// bandwidths measured so far (a sweep's points share them).
+pub(crate) struct Ctx<'a> {
+    pub(crate) repeat: Option<usize>,
+    pub(crate) warmup: Option<usize>,
+    pub(crate) report: &'a mut Report,
+    pub(crate) copies: &'a mut CopyCache,
+}
+
+impl Ctx<'_> {
+    /// [`copy_bandwidth`] of `b` over `elements`, measured once per device and size in a run.
+    pub(crate) fn copy_bandwidth<B: Backend>(
+        &mut self,
+        b: &B,
+        elements: usize,
+        repeat: usize,
+    ) -> Result<(f64, Timing)> {
+        let key = (b.describe(), elements);
+        if let Some(&known) = self.copies.get(&key) {
+            return Ok(known);
+        }
+        let measured = copy_bandwidth(b, elements, repeat)?;
+        self.copies.insert(key, measured);
+        Ok(measured)
+    }
+
+    /// The runs of each measurement: `--warmup` (default 1) and `--repeat`, else `repeat`.
+    pub(crate) fn runs(&self, repeat: usize) -> Runs {
+        self.runs_or(1, repeat)
+    }
+
+    /// The runs of each measurement, `warmup` and `repeat` where the options are not given.
+    pub(crate) fn runs_or(&self, warmup: usize, repeat: usize) -> Runs {
+        Runs {
+            warmup: self.warmup.unwrap_or(warmup),
+            repeat: self.repeat.unwrap_or(repeat).max(1),
+        }
+    }
+}
+
+/// How often a measurement runs: `warmup` times untimed, then `repeat` times timed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Runs {
+    pub(crate) warmup: usize,
+    pub(crate) repeat: usize,
+}
 
 /// Median, minimum and maximum of repeated timings, in milliseconds.
 #[derive(Debug, Clone, Copy)]
@@ -11,11 +66,10 @@ pub(crate) struct Timing {
     pub(crate) max_ms: f64,
 }
 
-/// Runs `work` `warmup` times untimed, then `repeat` times timed.
+/// Runs `work` as `runs` says and times the timed runs.
 pub(crate) fn time<B: Backend>(
     backend: &B,
-    warmup: usize,
-    repeat: usize,
+    Runs { warmup, repeat }: Runs,
     mut work: impl FnMut() -> Result<()>,
 ) -> Result<Timing> {
     for _ in 0..warmup {
@@ -44,9 +98,19 @@ pub(crate) fn copy_bandwidth<B: Backend>(
     let mut src = backend.alloc::<u32>(elements)?;
     backend.fill_random(&mut src, 1, u64::MAX)?;
     let mut dst = backend.alloc::<u32>(src.len())?;
-    let t = time(backend, 2, repeat, || backend.copy(&src, &mut dst))?;
+    let runs = Runs { warmup: 2, repeat };
+    let t = time(backend, runs, || backend.copy(&src, &mut dst))?;
     let bytes = 2.0 * 4.0 * elements as f64;
     Ok((bytes / (t.median_ms * 1e-3) / 1e9, t))
+}
+
+/// The sizes asked for, else `2^l` for each `l` of the defaults for a GPU or a CPU.
+pub(crate) fn sizes_or(asked: &[usize], on_gpu: bool, gpu: &[u32], cpu: &[u32]) -> Vec<usize> {
+    if !asked.is_empty() {
+        return asked.to_vec();
+    }
+    let logs = if on_gpu { gpu } else { cpu };
+    logs.iter().map(|&l| 1 << l).collect()
 }
 
 /// Parses a size written as `2^27`, `134217728` or `1_000_000` (a clap value parser).

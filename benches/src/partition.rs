@@ -16,15 +16,17 @@ use joinkit_partition::{
     BucketChainPartition, Column, HashPartition, Partitioner, RadixPartition, RowIds,
 };
 
-use crate::measure::{Timing, copy_bandwidth, time};
+use crate::measure::{Ctx, Runs, Timing, parse_size, sizes_or, time};
+use crate::plot::PlotSpec;
+use crate::report::Row;
 
 /// Options of `partition`.
 #[derive(Args, Debug)]
 pub(crate) struct PartitionArgs {
-    /// Sizes as powers of two, `LO..=HI` stepping by 2 (default 16..=28 on a GPU: from
-    /// cache-resident to 2^28; 12..=20 on a CPU).
-    #[arg(long)]
-    log_sizes: Option<String>,
+    /// Sizes (rows), comma separated, as 2^20 or 1048576 (default 2^16, 2^18, ..., 2^28 on a
+    /// GPU: from cache-resident to 2^28; 2^12, 2^14, ..., 2^20 on a CPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
     /// Key x payload widths in bytes, comma separated.
     #[arg(long, default_value = "4x4,8x8")]
     widths: String,
@@ -34,13 +36,20 @@ pub(crate) struct PartitionArgs {
     /// Key distributions, comma separated: uniform, zipf (hash-based power law).
     #[arg(long, default_value = "uniform,zipf")]
     dists: String,
-    /// Timed repetitions (the median is reported).
-    #[arg(long, default_value_t = 10)]
-    repeat: usize,
     /// Elements (u32) for the copy-bandwidth reference; default 2^28 on a GPU, 2^24 on a CPU.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_size)]
     copy_elements: Option<usize>,
 }
+
+/// The plot of partition: G rows/s against the size, a line per operation, widths and keys.
+pub(crate) const PLOT: PlotSpec = PlotSpec {
+    table: "partition",
+    x: "rows",
+    x_label: "rows",
+    y: &["G rows/s"],
+    y_label: "G rows/s",
+    series: &["op", "KxV", "keys"],
+};
 
 /// One partition operation of the sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,30 +114,18 @@ fn widths(s: &str) -> Result<(usize, usize)> {
     }
 }
 
-fn log_range(s: &str) -> Result<Vec<u32>> {
-    let bad = || Error::InvalidArgument(format!("log sizes {s:?}: LO..=HI, e.g. 16..=28"));
-    let (lo, hi) = s.split_once("..=").ok_or_else(bad)?;
-    let (lo, hi): (u32, u32) = (
-        lo.trim().parse().map_err(|_| bad())?,
-        hi.trim().parse().map_err(|_| bad())?,
-    );
-    if lo > hi || hi > 34 {
-        return Err(bad());
-    }
-    Ok((lo..=hi).step_by(2).collect())
+pub(crate) fn run(device: &Device, args: &PartitionArgs, ctx: &mut Ctx) -> Result<()> {
+    with_backend!(device, b => sweep(b, args, ctx))
 }
 
-pub(crate) fn run(device: &Device, args: &PartitionArgs) -> Result<()> {
-    with_backend!(device, b => sweep(b, args))
-}
-
-fn sweep<B: Bench>(b: &B, args: &PartitionArgs) -> Result<()> {
+fn sweep<B: Bench>(b: &B, args: &PartitionArgs, ctx: &mut Ctx) -> Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
-    let logs = match &args.log_sizes {
-        Some(s) => log_range(s)?,
-        None if gpu => log_range("16..=28")?,
-        None => log_range("12..=20")?,
-    };
+    let sizes = sizes_or(
+        &args.sizes,
+        gpu,
+        &[16, 18, 20, 22, 24, 26, 28],
+        &[12, 14, 16, 18, 20],
+    );
     let ops = list(&args.ops, Op::parse)?;
     let shapes = list(&args.widths, widths)?;
     let dists = list(&args.dists, |d| match d.trim() {
@@ -141,29 +138,31 @@ fn sweep<B: Bench>(b: &B, args: &PartitionArgs) -> Result<()> {
     let copy_n = args
         .copy_elements
         .unwrap_or(if gpu { 1 << 28 } else { 1 << 24 });
-    if copy_n == 0 || logs.is_empty() || ops.is_empty() {
+    if copy_n == 0 || sizes.is_empty() || ops.is_empty() {
         return Err(Error::EmptyInput(
             "partition needs sizes, operations and a copy size",
         ));
     }
-    println!("device: {}", b.describe());
-    let (copy_gbps, t) = copy_bandwidth(b, copy_n, args.repeat)?;
-    println!(
-        "copy  {copy_n:>11} x u32  median {:8.3} ms  {copy_gbps:7.1} GB/s (read + write): the 100% below",
+    let runs = ctx.runs(10);
+    let (copy_gbps, t) = ctx.copy_bandwidth(b, copy_n, runs.repeat)?;
+    ctx.report.note(format!(
+        "copy {copy_n} x u32: median {:.3} ms, {copy_gbps:.1} GB/s (read + write): the 100% of \"of copy\"",
         t.median_ms
-    );
-    println!(
-        "{:<10} {:>4} {:<7} {:>11} {:>10} {:>10} {:>9} {:>7}",
-        "op", "KxV", "keys", "rows", "median ms", "G rows/s", "GB/s", "of copy"
-    );
+    ));
     for &(kw, vw) in &shapes {
         for &zipf in &dists {
-            for &log in &logs {
-                let n = 1usize << log;
+            for &n in &sizes {
+                let case = Case {
+                    n,
+                    vw,
+                    zipf,
+                    runs,
+                    copy_gbps,
+                };
                 if kw == 4 {
-                    case::<B, u32>(b, &ops, n, vw, zipf, args.repeat, copy_gbps)?;
+                    case.run::<B, u32>(b, &ops, ctx)?;
                 } else {
-                    case::<B, u64>(b, &ops, n, vw, zipf, args.repeat, copy_gbps)?;
+                    case.run::<B, u64>(b, &ops, ctx)?;
                 }
             }
         }
@@ -191,41 +190,53 @@ fn make_keys<B: Backend, K: Key>(b: &B, n: usize, zipf: bool) -> Result<B::Buf<K
     b.upload(&host)
 }
 
-fn case<B: Bench, K: Key>(
-    b: &B,
-    ops: &[Op],
+/// One size, payload width and key distribution, measured for every operation.
+struct Case {
     n: usize,
     vw: usize,
     zipf: bool,
-    repeat: usize,
+    runs: Runs,
     copy_gbps: f64,
-) -> Result<()> {
-    let keys = make_keys::<B, K>(b, n, zipf)?;
-    let vals = if vw == 4 {
-        let mut v = b.alloc::<u32>(n)?;
-        b.iota(&mut v, 0)?;
-        Column::U32(v)
-    } else {
-        let mut v = b.alloc::<u64>(n)?;
-        b.iota(&mut v, 0)?;
-        Column::U64(v)
-    };
-    for &op in ops {
-        let t = b.time_partition(op, &keys, &vals, repeat)?;
-        let secs = t.median_ms * 1e-3;
-        let gbps = (op.bytes_per_row(size_of::<K>(), vw) * n) as f64 / secs / 1e9;
-        println!(
-            "{:<10} {:>1}x{:<2} {:<7} {n:>11} {:>10.3} {:>10.3} {gbps:>9.1} {:>6.1}%",
-            op.name(),
-            size_of::<K>(),
+}
+
+impl Case {
+    fn run<B: Bench, K: Key>(&self, b: &B, ops: &[Op], ctx: &mut Ctx) -> Result<()> {
+        let Case {
+            n,
             vw,
-            if zipf { "zipf" } else { "uniform" },
-            t.median_ms,
-            n as f64 / secs / 1e9,
-            100.0 * gbps / copy_gbps,
-        );
+            zipf,
+            runs,
+            copy_gbps,
+        } = *self;
+        let keys = make_keys::<B, K>(b, n, zipf)?;
+        let vals = if vw == 4 {
+            let mut v = b.alloc::<u32>(n)?;
+            b.iota(&mut v, 0)?;
+            Column::U32(v)
+        } else {
+            let mut v = b.alloc::<u64>(n)?;
+            b.iota(&mut v, 0)?;
+            Column::U64(v)
+        };
+        for &op in ops {
+            let t = b.time_partition(op, &keys, &vals, runs)?;
+            let secs = t.median_ms * 1e-3;
+            let gbps = (op.bytes_per_row(size_of::<K>(), vw) * n) as f64 / secs / 1e9;
+            ctx.report.row(
+                Row::new("partition")
+                    .with("op", op.name())
+                    .with("KxV", format!("{}x{vw}", size_of::<K>()))
+                    .with("keys", if zipf { "zipf" } else { "uniform" })
+                    .with("rows", n)
+                    .with("median ms", t.median_ms)
+                    .with("G rows/s", n as f64 / secs / 1e9)
+                    .with("GB/s", gbps)
+                    .with("of copy %", 100.0 * gbps / copy_gbps)
+                    .detail("copy GB/s", copy_gbps),
+            );
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// How each backend times an operation: the CPU through the backend-level traits; CUDA through
@@ -236,7 +247,7 @@ trait Bench: RadixPartition + HashPartition + BucketChainPartition {
         op: Op,
         keys: &Self::Buf<K>,
         vals: &Column<Self>,
-        repeat: usize,
+        runs: Runs,
     ) -> Result<Timing>;
 }
 
@@ -246,14 +257,14 @@ impl Bench for CpuBackend {
         op: Op,
         keys: &Vec<K>,
         vals: &Column<Self>,
-        repeat: usize,
+        runs: Runs,
     ) -> Result<Timing> {
         let cols = std::slice::from_ref(vals);
         let by = Partitioner::Hash {
             fanout: BUCKET_FANOUT,
             seed: 1,
         };
-        time(self, 1, repeat, || {
+        time(self, runs, || {
             match op {
                 Op::Radix8 => drop(self.radix_partition(keys, cols, 0..8, RowIds::None)?),
                 Op::Hash(f) => drop(self.hash_partition(keys, cols, f, 1, RowIds::None)?),
@@ -277,7 +288,7 @@ impl Bench for joinkit_cuda::CudaBackend {
         op: Op,
         keys: &Self::Buf<K>,
         vals: &Column<Self>,
-        repeat: usize,
+        runs: Runs,
     ) -> Result<Timing> {
         use joinkit_partition::bucket_pool_buckets;
         use joinkit_partition::cuda::{self as pc, ChainsOut, ColumnIn, ColumnOut};
@@ -296,7 +307,7 @@ impl Bench for joinkit_cuda::CudaBackend {
                 let mut keys_out = self.alloc::<K>(n)?;
                 let mut vals_out = like(n)?;
                 let mut offsets = self.alloc::<u64>(fanout + 1)?;
-                time(self, 1, repeat, || {
+                time(self, runs, || {
                     let pairs = [(
                         ColumnIn::from_column(vals),
                         ColumnOut::from_column(&mut vals_out),
@@ -336,7 +347,7 @@ impl Bench for joinkit_cuda::CudaBackend {
                 let mut heads = self.alloc::<u32>(BUCKET_FANOUT)?;
                 let mut counts = self.alloc::<u64>(BUCKET_FANOUT)?;
                 let mut used = self.alloc::<u32>(1)?;
-                time(self, 1, repeat, || {
+                time(self, runs, || {
                     let pairs = [(
                         ColumnIn::from_column(vals),
                         ColumnOut::from_column(&mut pool_vals),

@@ -5,30 +5,40 @@ use clap::Args;
 use joinkit_cuda::{Device, DeviceKind, Error, Result, hash, with_backend};
 use joinkit_primitives::Sort;
 
-use crate::measure::{copy_bandwidth, time};
+use crate::measure::{Ctx, Timing, copy_bandwidth, parse_size, time};
+use crate::report::Row;
 
 /// Options of `smoke`.
 #[derive(Args, Debug)]
 pub(crate) struct SmokeArgs {
     /// Elements (u32) for the copy-bandwidth test; default 2^28 on a GPU (1 GiB), 2^24 on a CPU.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_size)]
     copy_elements: Option<usize>,
     /// Keys (u64) to sort; default 2^26 on a GPU, 2^22 on a CPU.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_size)]
     sort_elements: Option<usize>,
-    /// Timed repetitions (the median is reported).
-    #[arg(long, default_value_t = 10)]
-    repeat: usize,
     /// Seed of the random keys.
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
 
-pub(crate) fn run(device: &Device, args: &SmokeArgs) -> Result<()> {
-    with_backend!(device, b => smoke(b, args))
+pub(crate) fn run(device: &Device, args: &SmokeArgs, ctx: &mut Ctx) -> Result<()> {
+    with_backend!(device, b => smoke(b, args, ctx))
 }
 
-fn smoke<B: Sort>(b: &B, args: &SmokeArgs) -> Result<()> {
+/// A row of the smoke table.
+fn row(test: &str, n: usize, t: &Timing, rate: f64, unit: &str) -> Row {
+    Row::new("smoke")
+        .with("test", test)
+        .with("n", n)
+        .with("median ms", t.median_ms)
+        .with("min ms", t.min_ms)
+        .with("max ms", t.max_ms)
+        .with("rate", rate)
+        .with("unit", unit)
+}
+
+fn smoke<B: Sort>(b: &B, args: &SmokeArgs, ctx: &mut Ctx) -> Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
     let copy_n = args
         .copy_elements
@@ -41,26 +51,21 @@ fn smoke<B: Sort>(b: &B, args: &SmokeArgs) -> Result<()> {
             "smoke needs at least one element to copy and to sort",
         ));
     }
-    println!("device: {}", b.describe());
-
-    let (gbps, t) = copy_bandwidth(b, copy_n, args.repeat)?;
-    println!(
-        "copy   {copy_n:>11} x u32  median {:8.3} ms (min {:.3}, max {:.3})  {gbps:7.1} GB/s (read + write)",
-        t.median_ms, t.min_ms, t.max_ms
-    );
+    let runs = ctx.runs(10);
+    let (gbps, t) = copy_bandwidth(b, copy_n, runs.repeat)?;
+    ctx.report
+        .row(row("copy u32", copy_n, &t, gbps, "GB/s (read + write)"));
 
     let mut keys = b.alloc::<u64>(sort_n)?;
     b.fill_random(&mut keys, args.seed, u64::MAX)?;
     let mut sorted = b.sort_keys(&keys, 0..64)?;
-    let t = time(b, 1, args.repeat, || {
+    let t = time(b, runs, || {
         sorted = b.sort_keys(&keys, 0..64)?;
         Ok(())
     })?;
     let rate = sort_n as f64 / (t.median_ms * 1e-3) / 1e9;
-    println!(
-        "sort   {sort_n:>11} x u64  median {:8.3} ms (min {:.3}, max {:.3})  {rate:7.3} G keys/s",
-        t.median_ms, t.min_ms, t.max_ms
-    );
+    ctx.report
+        .row(row("sort u64", sort_n, &t, rate, "G keys/s"));
 
     // Check: non-decreasing, and the same multiset as the generated keys (count, sum and a hash
     // sum, each order-independent).
@@ -80,6 +85,6 @@ fn smoke<B: Sort>(b: &B, args: &SmokeArgs) -> Result<()> {
             want == got
         )));
     }
-    println!("check  sorted order and content: ok");
+    ctx.report.note("check: sorted order and content ok");
     Ok(())
 }

@@ -6,63 +6,57 @@ use clap::Args;
 use joinkit_cuda::{Backend, Device, DeviceKind, Error, Key, Result, with_backend};
 use joinkit_primitives::Sort;
 
-use crate::measure::time;
+use crate::measure::{Ctx, Runs, parse_size, sizes_or, time};
+use crate::plot::PlotSpec;
+use crate::report::Row;
 
 /// Options of `sort`.
 #[derive(Args, Debug)]
 pub(crate) struct SortArgs {
-    /// log2 of the sizes to sweep (default 20,24,26,28 on a GPU, 16,20,22 on a CPU).
-    #[arg(long, value_delimiter = ',')]
-    log2_sizes: Vec<u32>,
+    /// Sizes (keys), comma separated, as 2^24 or 16777216 (default 2^20,2^24,2^26,2^28 on a
+    /// GPU, 2^16,2^20,2^22 on a CPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
     /// Key widths in bytes (4, 8); values are 4-byte row ids.
     #[arg(long, value_delimiter = ',', default_value = "4,8")]
     key_widths: Vec<u32>,
-    /// Timed repetitions (the median is reported).
-    #[arg(long, default_value_t = 10)]
-    repeat: usize,
 }
 
-pub(crate) fn run(device: &Device, args: &SortArgs) -> Result<()> {
-    with_backend!(device, b => sweep(b, args, device))
+/// The plot of sort: M keys/s against the size, a line per implementation and key width.
+pub(crate) const PLOT: PlotSpec = PlotSpec {
+    table: "sort",
+    x: "n",
+    x_label: "keys",
+    y: &["trait M/s", "view M/s", "CUB M/s"],
+    y_label: "M keys/s (sort-pairs, 4-byte values)",
+    series: &["key B"],
+};
+
+pub(crate) fn run(device: &Device, args: &SortArgs, ctx: &mut Ctx) -> Result<()> {
+    with_backend!(device, b => sweep(b, args, device, ctx))
 }
 
-fn sweep<B: Sort>(b: &B, args: &SortArgs, device: &Device) -> Result<()> {
+fn sweep<B: Sort>(b: &B, args: &SortArgs, device: &Device, ctx: &mut Ctx) -> Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
-    let logs = if args.log2_sizes.is_empty() {
-        if gpu {
-            vec![20, 24, 26, 28]
-        } else {
-            vec![16, 20, 22]
-        }
-    } else {
-        args.log2_sizes.clone()
-    };
-    println!("device: {}", b.describe());
-    println!(
-        "{:<5} {:>10} {:>14} {:>14} {:>14} {:>9}",
-        "key", "n", "trait M/s", "view M/s", "CUB M/s", "view/CUB"
-    );
-    for l in logs {
-        let n = 1usize << l;
+    let sizes = sizes_or(&args.sizes, gpu, &[20, 24, 26, 28], &[16, 20, 22]);
+    let t = ctx.runs(10);
+    for n in sizes {
         for &w in &args.key_widths {
             let trait_ms = match w {
-                4 => trait_sort::<B, u32>(b, n, args.repeat)?,
-                8 => trait_sort::<B, u64>(b, n, args.repeat)?,
+                4 => trait_sort::<B, u32>(b, n, t)?,
+                8 => trait_sort::<B, u64>(b, n, t)?,
                 _ => return Err(Error::InvalidArgument("key widths are 4 or 8 bytes".into())),
             };
-            let (view_ms, cub_ms) = direct(device, w, n, args.repeat)?;
+            let (view_ms, cub_ms) = direct(device, w, n, t)?;
             let rate = |ms: f64| n as f64 / (ms * 1e-3) / 1e6;
-            let fmt = |ms: Option<f64>| ms.map_or("-".to_string(), |m| format!("{:.1}", rate(m)));
-            let ratio = match (view_ms, cub_ms) {
-                (Some(v), Some(c)) => format!("{:.3}", c / v),
-                _ => "-".into(),
-            };
-            println!(
-                "{:>4}B {n:>10} {:>14.1} {:>14} {:>14} {ratio:>9}",
-                w,
-                rate(trait_ms),
-                fmt(view_ms),
-                fmt(cub_ms)
+            ctx.report.row(
+                Row::new("sort")
+                    .with("key B", w)
+                    .with("n", n)
+                    .with("trait M/s", rate(trait_ms))
+                    .with_opt("view M/s", view_ms.map(rate))
+                    .with_opt("CUB M/s", cub_ms.map(rate))
+                    .with_opt("view/CUB", view_ms.zip(cub_ms).map(|(v, c)| c / v)),
             );
         }
     }
@@ -77,45 +71,37 @@ fn inputs<B: Backend, K: Key>(b: &B, n: usize) -> Result<(B::Buf<K>, B::Buf<u32>
     Ok((keys, vals))
 }
 
-fn trait_sort<B: Sort, K: Key>(b: &B, n: usize, repeat: usize) -> Result<f64> {
+fn trait_sort<B: Sort, K: Key>(b: &B, n: usize, runs: Runs) -> Result<f64> {
     let (keys, vals) = inputs::<B, K>(b, n)?;
-    let t = time(b, 1, repeat, || {
-        b.sort_pairs(&keys, &vals, 0..K::BITS).map(drop)
-    })?;
+    let t = time(b, runs, || b.sort_pairs(&keys, &vals, 0..K::BITS).map(drop))?;
     Ok(t.median_ms)
 }
 
 /// View-level joinkit and raw CUB on the GPU (None, None on the CPU).
 #[cfg(feature = "cuda")]
-fn direct(device: &Device, w: u32, n: usize, repeat: usize) -> Result<(Option<f64>, Option<f64>)> {
+fn direct(device: &Device, w: u32, n: usize, runs: Runs) -> Result<(Option<f64>, Option<f64>)> {
     let Device::Cuda(g) = device else {
         return Ok((None, None));
     };
     let (v, c) = if w == 4 {
-        (
-            view_sort::<u32>(g, n, repeat)?,
-            cub_sort::<u32>(g, n, repeat)?,
-        )
+        (view_sort::<u32>(g, n, runs)?, cub_sort::<u32>(g, n, runs)?)
     } else {
-        (
-            view_sort::<u64>(g, n, repeat)?,
-            cub_sort::<u64>(g, n, repeat)?,
-        )
+        (view_sort::<u64>(g, n, runs)?, cub_sort::<u64>(g, n, runs)?)
     };
     Ok((Some(v), Some(c)))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn direct(_: &Device, _: u32, _: usize, _: usize) -> Result<(Option<f64>, Option<f64>)> {
+fn direct(_: &Device, _: u32, _: usize, _: Runs) -> Result<(Option<f64>, Option<f64>)> {
     Ok((None, None))
 }
 
 #[cfg(feature = "cuda")]
-fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, repeat: usize) -> Result<f64> {
+fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Result<f64> {
     let (keys, vals) = inputs::<_, K>(g, n)?;
     let (mut ko, mut vo) = (g.alloc::<K>(n)?, g.alloc::<u32>(n)?);
     let mut scratch = joinkit_cuda::Scratch::new();
-    let t = time(g, 1, repeat, || {
+    let t = time(g, runs, || {
         joinkit_primitives::cuda::sort_pairs(
             g,
             &keys.view(),
@@ -131,7 +117,7 @@ fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, repeat: usize) -> 
 
 /// CUB `DeviceRadixSort::SortPairs` through raw `cub-sys`, temp storage allocated once.
 #[cfg(feature = "cuda")]
-fn cub_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, repeat: usize) -> Result<f64> {
+fn cub_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Result<f64> {
     use joinkit_primitives::cuda::cub_sys;
     let (keys, vals) = inputs::<_, K>(g, n)?;
     let (ko, vo) = (g.alloc::<K>(n)?, g.alloc::<u32>(n)?);
@@ -169,7 +155,7 @@ fn cub_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, repeat: usize) -> R
     status(call(std::ptr::null_mut(), &mut bytes))?;
     let temp = g.alloc::<u64>(bytes.div_ceil(8).max(1))?;
     let tp = temp.device_ptr() as *mut std::ffi::c_void;
-    let t = time(g, 1, repeat, || {
+    let t = time(g, runs, || {
         let mut b = bytes;
         status(call(tp, &mut b))
     })?;

@@ -1,0 +1,30 @@
+//! Embeds the git revision (`git rev-parse --short HEAD`) as JOINKIT_BENCH_REVISION for the
+//! JSON lines, or `unknown` where there is no git or no repository (a source tarball).
+
+use std::path::Path;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    let s = String::from_utf8(out.stdout).ok()?;
+    (out.status.success() && !s.trim().is_empty()).then(|| s.trim().to_string())
+}
+
+fn main() {
+    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=JOINKIT_BENCH_REVISION={revision}");
+    println!("cargo:rerun-if-changed=build.rs");
+    // Rebuild when HEAD moves: HEAD itself (a checkout), the branch it points to (a commit),
+    // packed refs. Only existing files: cargo reruns every build for a missing one.
+    let head_ref = git(&["symbolic-ref", "-q", "HEAD"]);
+    for name in ["HEAD", "packed-refs"]
+        .into_iter()
+        .chain(head_ref.as_deref())
+    {
+        if let Some(path) = git(&["rev-parse", "--git-path", name])
+            && let Ok(abs) = std::fs::canonicalize(Path::new(&path))
+        {
+            println!("cargo:rerun-if-changed={}", abs.display());
+        }
+    }
+}

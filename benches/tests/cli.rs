@@ -1,0 +1,530 @@
+//! The `joinkit-bench` binary end to end, on the CPU: joins of Parquet and Arrow IPC files
+//! against the library's answer, bad inputs as one-line errors, sweeps with JSON lines and
+//! plots, and every subcommand on small sizes.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::{
+    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
+use arrow_ipc::CompressionType;
+use arrow_ipc::reader::FileReader;
+use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
+use arrow_schema::{DataType, Field, Schema};
+use joinkit::{JoinKind, JoinOptions, Table, join_columns};
+use joinkit_cuda::{Column, CpuBackend, Element, Key, each_column};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// A fresh directory for one test's files: under cargo's test scratch directory, or the
+/// system's where the test runs away from its build (the GPU bundle).
+fn dir(test: &str) -> PathBuf {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if scratch.is_dir() {
+        scratch.to_path_buf()
+    } else {
+        std::env::temp_dir().join(format!("joinkit-bench-cli-{}", std::process::id()))
+    };
+    let d = base.join("cli").join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The binary under test: `JOINKIT_BENCH_BIN`, else the one cargo built, else
+/// `bin--joinkit-bench` beside this test executable (as the GPU bundle packs them).
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("JOINKIT_BENCH_BIN") {
+        return p.into();
+    }
+    let built = Path::new(env!("CARGO_BIN_EXE_joinkit-bench"));
+    if built.is_file() {
+        return built.to_path_buf();
+    }
+    let beside = std::env::current_exe()
+        .unwrap()
+        .with_file_name("bin--joinkit-bench");
+    assert!(
+        beside.is_file(),
+        "no joinkit-bench binary: set JOINKIT_BENCH_BIN (or bundle with gpu-bundle.sh --bench)"
+    );
+    beside
+}
+
+/// Runs the binary with `args` on the CPU, its files under `out`.
+fn jb(out: &Path, args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(["--device", "cpu", "--out-dir"])
+        .arg(out)
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("JOINKIT_DEVICE")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), false))
+        .collect();
+    let arrays = cols.into_iter().map(|c| c.1).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap()
+}
+
+fn write_parquet(path: &Path, b: &RecordBatch) {
+    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), b.schema(), None).unwrap();
+    w.write(b).unwrap();
+    w.close().unwrap();
+}
+
+/// Writes an Arrow IPC file compressed with LZ4, as Feather files are by default.
+fn write_ipc(path: &Path, b: &RecordBatch) {
+    let lz4 = IpcWriteOptions::default()
+        .try_with_compression(Some(CompressionType::LZ4_FRAME))
+        .unwrap();
+    let mut w =
+        FileWriter::try_new_with_options(File::create(path).unwrap(), &b.schema(), lz4).unwrap();
+    w.write(b).unwrap();
+    w.finish().unwrap();
+}
+
+/// A row of cells, nulls as `None` (every joinkit type fits i128).
+type Rows = Vec<Vec<Option<i128>>>;
+
+fn cell(a: &dyn Array, i: usize) -> Option<i128> {
+    if a.is_null(i) {
+        return None;
+    }
+    Some(match a.data_type() {
+        DataType::UInt32 => i128::from(a.as_primitive::<UInt32Type>().value(i)),
+        DataType::Int32 => i128::from(a.as_primitive::<Int32Type>().value(i)),
+        DataType::UInt64 => i128::from(a.as_primitive::<UInt64Type>().value(i)),
+        DataType::Int64 => i128::from(a.as_primitive::<Int64Type>().value(i)),
+        t => panic!("unexpected output type {t}"),
+    })
+}
+
+/// The column names and rows (sorted) of a Parquet file, or of an Arrow IPC file by its
+/// extension.
+fn read_rows(path: &Path) -> (Vec<String>, Rows) {
+    let file = File::open(path).unwrap();
+    let batches: Vec<RecordBatch> = if path.extension().is_some_and(|e| e == "parquet") {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        builder.build().unwrap().map(Result::unwrap).collect()
+    } else {
+        FileReader::try_new(file, None)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let names = batches[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let mut rows = Rows::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            rows.push(b.columns().iter().map(|c| cell(c.as_ref(), i)).collect());
+        }
+    }
+    rows.sort();
+    (names, rows)
+}
+
+/// A batch's columns as joinkit columns.
+fn columns(b: &RecordBatch) -> Vec<Column<CpuBackend>> {
+    b.columns()
+        .iter()
+        .map(|a| match a.data_type() {
+            DataType::UInt32 => Column::U32(a.as_primitive::<UInt32Type>().values().to_vec()),
+            DataType::Int32 => Column::I32(a.as_primitive::<Int32Type>().values().to_vec()),
+            DataType::UInt64 => Column::U64(a.as_primitive::<UInt64Type>().values().to_vec()),
+            DataType::Int64 => Column::I64(a.as_primitive::<Int64Type>().values().to_vec()),
+            t => panic!("unexpected input type {t}"),
+        })
+        .collect()
+}
+
+/// The library's answer on the CPU, every column of both sides carried (the key in column 0).
+fn expected<K: Key>(left: &RecordBatch, right: &RecordBatch, kind: JoinKind) -> Rows {
+    let cpu = CpuBackend::new();
+    let table = |b: &RecordBatch| {
+        let cols = columns(b);
+        let keys: Vec<K> =
+            each_column!(&cols[0], c => c.iter().map(|x| K::from_u64(x.to_bits())).collect());
+        Table::<CpuBackend, K>::new(keys, cols).unwrap()
+    };
+    let (m, _) = join_columns(&cpu, &table(left), &table(right), &JoinOptions::new(kind)).unwrap();
+    let value = |c: &Column<CpuBackend>, i: usize| -> i128 {
+        match c {
+            Column::U32(v) => i128::from(v[i]),
+            Column::I32(v) => i128::from(v[i]),
+            Column::U64(v) => i128::from(v[i]),
+            Column::I64(v) => i128::from(v[i]),
+        }
+    };
+    let mut rows: Rows = (0..m.rows as usize)
+        .map(|i| {
+            let valid = m.right_valid.as_ref().is_none_or(|v| v[i] != 0);
+            let left = m.left.iter().map(|c| Some(value(c, i)));
+            let right = m.right.iter().map(|c| valid.then(|| value(c, i)));
+            left.chain(right).collect()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Left: 200 rows, keys 0..130 with repeats (those past 100 miss); right: 93 rows, keys
+/// 0..100 with duplicates. `key` writes the logical keys as a key column; payloads of several
+/// types, and a name (`c`) on both sides.
+fn inputs(key: fn(&[u64]) -> ArrayRef) -> (RecordBatch, RecordBatch) {
+    let lk: Vec<u64> = (0..200u64).map(|i| (i * 37) % 130).collect();
+    let rk: Vec<u64> = (0..90u64)
+        .map(|i| (i * 11) % 100)
+        .chain([5, 5, 17])
+        .collect();
+    let left = batch(vec![
+        ("k", key(&lk)),
+        (
+            "a",
+            Arc::new(Int64Array::from_iter_values((0..200).map(|i| i * -3))),
+        ),
+        ("c", Arc::new(UInt32Array::from_iter_values(0..200))),
+    ]);
+    let right = batch(vec![
+        ("k", key(&rk)),
+        (
+            "b",
+            Arc::new(UInt64Array::from_iter_values(
+                (0..93).map(|i| i * 1_000_000_007),
+            )),
+        ),
+        (
+            "c",
+            Arc::new(Int32Array::from_iter_values((0..93).map(|i| -i))),
+        ),
+    ]);
+    (left, right)
+}
+
+fn u32_keys(k: &[u64]) -> ArrayRef {
+    Arc::new(UInt32Array::from_iter_values(
+        k.iter().map(|&k| k as u32 * 3_000_001),
+    ))
+}
+fn u64_keys(k: &[u64]) -> ArrayRef {
+    Arc::new(UInt64Array::from_iter_values(
+        k.iter().map(|&k| k << 40 | k),
+    ))
+}
+fn i64_keys(k: &[u64]) -> ArrayRef {
+    Arc::new(Int64Array::from_iter_values(
+        k.iter().map(|&k| 50 - k as i64),
+    ))
+}
+fn i32_keys(k: &[u64]) -> ArrayRef {
+    Arc::new(Int32Array::from_iter_values(k.iter().map(|&k| -(k as i32))))
+}
+
+/// Joins the files `left` and `right` on `on` through the binary, with more arguments.
+fn join(d: &Path, (left, right, on): (&Path, &Path, &str), more: &[&str]) -> Output {
+    let (l, r) = (left.to_str().unwrap(), right.to_str().unwrap());
+    let mut args = vec!["join", "--left", l, "--right", r, "--on", on];
+    args.extend(more);
+    jb(d, &args)
+}
+
+/// Joins the inputs through the binary and compares with the library as multisets.
+/// With `ipc`, the left input and the output are Arrow IPC files; `device` runs the join.
+fn round_trip<K: Key>(
+    name: &str,
+    key: fn(&[u64]) -> ArrayRef,
+    kind: (&str, JoinKind),
+    ipc: bool,
+    device: &str,
+) {
+    let d = dir(name);
+    let (left, right) = inputs(key);
+    let (lp, rp, out) = if ipc {
+        (
+            d.join("left.arrow"),
+            d.join("right.parquet"),
+            d.join("out.feather"),
+        )
+    } else {
+        (
+            d.join("left.parquet"),
+            d.join("right.parquet"),
+            d.join("out.parquet"),
+        )
+    };
+    if ipc {
+        write_ipc(&lp, &left);
+    } else {
+        write_parquet(&lp, &left);
+    }
+    write_parquet(&rp, &right);
+    let o = join(
+        &d,
+        (&lp, &rp, "k=k"),
+        &[
+            "--kind",
+            kind.0,
+            "--out",
+            out.to_str().unwrap(),
+            "--device",
+            device,
+        ],
+    );
+    assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+    let (names, rows) = read_rows(&out);
+    let want_names: &[&str] = if kind.1.has_right_rows() {
+        &["k", "a", "c", "k_right", "b", "c_right"]
+    } else {
+        &["k", "a", "c"]
+    };
+    assert_eq!(names, want_names, "{name}");
+    let want = expected::<K>(&left, &right, kind.1);
+    assert!(!want.is_empty(), "{name}: the test joins nothing");
+    assert_eq!(rows, want, "{name}");
+    assert!(text(&o.stdout).contains("wrote"), "{name}");
+}
+
+const INNER: (&str, JoinKind) = ("inner", JoinKind::Inner);
+const OUTER: (&str, JoinKind) = ("left-outer", JoinKind::LeftOuter);
+const SEMI: (&str, JoinKind) = ("left-semi", JoinKind::LeftSemi);
+const ANTI: (&str, JoinKind) = ("left-anti", JoinKind::LeftAnti);
+
+#[test]
+fn parquet_join_u32_keys_inner_and_left_outer() {
+    round_trip::<u32>("u32_inner", u32_keys, INNER, false, "cpu");
+    round_trip::<u32>("u32_outer", u32_keys, OUTER, false, "cpu");
+}
+
+#[test]
+fn parquet_join_u64_keys_inner_and_left_outer() {
+    round_trip::<u64>("u64_inner", u64_keys, INNER, false, "cpu");
+    round_trip::<u64>("u64_outer", u64_keys, OUTER, false, "cpu");
+}
+
+#[test]
+fn signed_keys_are_bit_cast_and_arrow_ipc_is_read_and_written() {
+    round_trip::<u64>("i64_outer", i64_keys, OUTER, false, "cpu");
+    round_trip::<u64>("i64_outer_ipc", i64_keys, OUTER, true, "cpu");
+    round_trip::<u32>("i32_semi_ipc", i32_keys, SEMI, true, "cpu");
+    round_trip::<u32>("i32_anti", i32_keys, ANTI, false, "cpu");
+}
+
+/// The joins of files on GPU 0, where there is one (the binary's CUDA path, the same answer).
+#[cfg(feature = "cuda")]
+#[test]
+fn file_joins_on_the_gpu() {
+    if joinkit_cuda::testing::cuda_or_skip("file_joins_on_the_gpu").is_none() {
+        return;
+    }
+    let gpu = "cuda:0";
+    round_trip::<u32>("gpu_u32_inner", u32_keys, INNER, false, gpu);
+    round_trip::<u32>("gpu_u32_outer", u32_keys, OUTER, false, gpu);
+    round_trip::<u64>("gpu_u64_outer_ipc", u64_keys, OUTER, true, gpu);
+    round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, false, gpu);
+    round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, false, gpu);
+}
+
+/// A failed run: non-zero exit, one line on stderr starting `joinkit-bench:`, no panic.
+fn fails(o: &Output, says: &str) {
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "exit 0; stderr {err:?}");
+    assert_eq!(err.lines().count(), 1, "stderr is not one line: {err:?}");
+    assert!(err.starts_with("joinkit-bench: "), "{err:?}");
+    assert!(!err.contains("panicked"), "{err:?}");
+    assert!(err.contains(says), "{err:?} does not say {says:?}");
+}
+
+#[test]
+fn bad_inputs_are_one_line_errors() {
+    let d = dir("bad_inputs");
+    let (left, right) = inputs(u32_keys);
+    let (lp, rp) = (d.join("l.parquet"), d.join("r.parquet"));
+    write_parquet(&lp, &left);
+    write_parquet(&rp, &right);
+
+    fails(
+        &join(&d, (&d.join("missing.parquet"), &rp, "k"), &[]),
+        "missing.parquet: No such file",
+    );
+    fails(
+        &join(&d, (&lp, &rp, "k=nope"), &[]),
+        "no column \"nope\" (columns: k, b, c)",
+    );
+
+    let wide = d.join("wide.parquet");
+    write_parquet(&wide, &inputs(u64_keys).1);
+    fails(&join(&d, (&lp, &wide, "k"), &[]), "key types differ");
+
+    // Truncated (no footer), garbage in the data pages, and not Parquet at all.
+    let bytes = std::fs::read(&lp).unwrap();
+    let cut = d.join("cut.parquet");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    fails(
+        &join(&d, (&cut, &rp, "k"), &[]),
+        "cut.parquet: not a readable Parquet file",
+    );
+    let mut smashed = bytes.clone();
+    smashed[4..bytes.len() / 2]
+        .iter_mut()
+        .for_each(|b| *b = 0xa5);
+    let smashed_path = d.join("smashed.parquet");
+    std::fs::write(&smashed_path, &smashed).unwrap();
+    fails(
+        &join(&d, (&smashed_path, &rp, "k"), &[]),
+        "smashed.parquet:",
+    );
+    let csv = d.join("l.csv");
+    std::fs::write(&csv, "k,a\n1,2\n").unwrap();
+    fails(
+        &join(&d, (&csv, &rp, "k"), &[]),
+        "neither a Parquet file nor an Arrow IPC file",
+    );
+
+    let strings = d.join("strings.parquet");
+    write_parquet(
+        &strings,
+        &batch(vec![
+            ("k", Arc::new(UInt32Array::from(vec![1, 2]))),
+            ("name", Arc::new(StringArray::from(vec!["x", "y"]))),
+        ]),
+    );
+    fails(
+        &join(&d, (&strings, &rp, "k"), &[]),
+        "column \"name\" has type Utf8",
+    );
+
+    let nulls = d.join("nulls.parquet");
+    let with_null: ArrayRef = Arc::new(UInt32Array::from(vec![Some(1), None]));
+    let schema = Schema::new(vec![Field::new("k", DataType::UInt32, true)]);
+    write_parquet(
+        &nulls,
+        &RecordBatch::try_new(Arc::new(schema), vec![with_null]).unwrap(),
+    );
+    fails(&join(&d, (&nulls, &rp, "k"), &[]), "column \"k\" has nulls");
+
+    let o = Command::new(binary())
+        .args(["--device", "tpu", "smoke"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    fails(&o, "unknown device \"tpu\"");
+    fails(
+        &jb(&d, &["join", "--sweep", "nope=1,2"]),
+        "sweep axis \"nope\"",
+    );
+}
+
+#[test]
+fn a_sweep_writes_a_table_json_lines_and_plots() {
+    let d = dir("sweep");
+    let o = jb(
+        &d,
+        &[
+            "join",
+            "--repeat",
+            "1",
+            "--sweep",
+            "r=2^8..2^10",
+            "--sweep",
+            "algorithm=SMJ-UM,NPHJ-open",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("join:") && out.contains("M tuples/s"), "{out}");
+    let lines = std::fs::read_to_string(d.join("join.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 6);
+    for r in &rows {
+        for field in [
+            "revision",
+            "command",
+            "device",
+            "r",
+            "s",
+            "algorithm",
+            "M tuples/s",
+            "total ms",
+        ] {
+            assert!(!r[field].is_null(), "{field} missing in {r}");
+        }
+        assert!(
+            r["command"]
+                .as_str()
+                .unwrap()
+                .contains("--sweep r=2^8..2^10")
+        );
+    }
+    assert_eq!(rows[5]["r"], 1024);
+    assert_eq!(rows[5]["algorithm"], "NPHJ-open");
+    let svg = std::fs::read_to_string(d.join("join.svg")).unwrap();
+    assert!(
+        svg.contains("SMJ-UM") && svg.contains("2^9"),
+        "the plot lacks its legend or ticks"
+    );
+    assert!(
+        std::fs::read(d.join("join.png"))
+            .unwrap()
+            .starts_with(b"\x89PNG")
+    );
+}
+
+#[test]
+fn every_subcommand_runs_on_small_sizes() {
+    let d = dir("subcommands");
+    let small: [&[&str]; 7] = [
+        &[
+            "smoke",
+            "--copy-elements",
+            "2^12",
+            "--sort-elements",
+            "2^12",
+        ],
+        &["gather", "--sizes", "2^10,2^12"],
+        &["sort", "--sizes", "2^10"],
+        &["partition", "--sizes", "2^10", "--copy-elements", "2^12"],
+        &["hashtable", "--sizes", "2^8", "--load-factors", "0.5"],
+        &[
+            "codec",
+            "--values",
+            "2^12",
+            "--buffers",
+            "2",
+            "--buffer-values",
+            "2^10",
+        ],
+        &["join", "--r", "2^10", "--kind", "left-outer"],
+    ];
+    for args in small {
+        let mut all = args.to_vec();
+        all.extend(["--repeat", "1", "--warmup", "0"]);
+        let o = jb(&d, &all);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        let lines = std::fs::read_to_string(d.join(format!("{}.jsonl", args[0]))).unwrap();
+        assert!(lines.lines().count() >= 1, "{args:?} wrote no row");
+    }
+    // Sizes varied within one run: gather plots them.
+    assert!(d.join("gather.svg").exists());
+}
