@@ -95,6 +95,12 @@ pub struct CoJoined<B: Backend> {
 /// The partitioned hash join's match step: the hash join of every co-partition, and the
 /// pieces and key mixing it works on.
 pub trait CoPartitionJoin: Backend {
+    /// Bytes of a global hash table that stay in the device's last-level cache, below which a
+    /// non-partitioned hash join beats partitioning (measured on an H200: NPHJ-open is faster
+    /// up to |R| = 2^22, a 64 MiB table against 60 MiB of L2); `None` where partitioning wins
+    /// at every size measured (the CPU).
+    fn cached_table_bytes(&self) -> Option<usize>;
+
     /// Most rows of a build piece, for keys of type `K`: what one work item's table holds (on
     /// CUDA, from the shared memory the device offers; on the CPU, what stays in cache).
     fn build_capacity<K: Key>(&self) -> usize;
@@ -373,6 +379,10 @@ fn atomic_flags(flags: &mut [u32]) -> &[AtomicU32] {
 }
 
 impl CoPartitionJoin for CpuBackend {
+    fn cached_table_bytes(&self) -> Option<usize> {
+        None
+    }
+
     fn build_capacity<K: Key>(&self) -> usize {
         CPU_LIMITS[0].load(Ordering::Relaxed)
     }

@@ -183,6 +183,12 @@ fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Re
 }
 
 impl CoPartitionJoin for CudaBackend {
+    fn cached_table_bytes(&self) -> Option<usize> {
+        // The table at load 0.5 with 8-byte slots: 16 bytes a build row. Up to L2's size plus
+        // a few MiB (64 MiB at 2^22 rows still won on a 60 MiB L2; 128 MiB lost).
+        Some(self.info().l2_bytes + (self.info().l2_bytes >> 3))
+    }
+
     fn build_capacity<K: Key>(&self) -> usize {
         let info = self.info();
         let budget = (info.shared_per_sm as usize / BLOCKS_PER_SM)

@@ -55,9 +55,11 @@ pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use spec::{Algorithm, JoinKind, JoinOptions, NULL_ROW};
 pub use stats::JoinStats;
 
-/// [`Algorithm::Auto`]'s choice. Measured on an H200 (docs/results/joins.md, 2^27 ⋈ 2^28),
-/// PHJ-OM is the fastest algorithm in every case with all probe rows matching (narrow and 2+2
-/// wide, 4- and 8-byte keys, uniform and Zipf 1.0), on the CPU too; at a match ratio of 0.1
-/// (2+2 wide) NPHJ-open is 12 % faster. [`choose`] holds Wu's decision tree over sampled input
-/// statistics and is not wired in until its thresholds are calibrated, so `Auto` is PHJ-OM.
+/// [`Algorithm::Auto`]'s choice for build sides whose global hash table does not stay in the
+/// device's cache (smaller ones run NPHJ-open, see [`CoPartitionJoin::cached_table_bytes`]).
+/// Measured on an H200 (docs/results/joins.md, |R| = 2^20 … 2^27 with |S| = 2|R|, and the
+/// paper's 2^27 ⋈ 2^28 cases), PHJ-OM is the fastest algorithm in every case with all probe
+/// rows matching past |R| = 2^22, on the CPU at every size; at a match ratio of 0.1 (2+2 wide)
+/// NPHJ-open is 12 % faster. [`choose`] holds Wu's decision tree over sampled input statistics
+/// and is not wired in until its thresholds are calibrated.
 pub const AUTO_CHOICE: Algorithm = Algorithm::PhjOm;
