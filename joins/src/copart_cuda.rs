@@ -163,9 +163,13 @@ fn stats_of(b: &CudaBackend, stats: &DeviceBuffer<u64>) -> Result<[u64; 4]> {
 /// The launch shape of the count and write passes: a block per work item at a time, as many
 /// blocks as the SMs hold at once (or fewer items).
 fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
+    // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
+    // launch's need: the limit belongs to the kernel, shared by every thread launching it, and a
+    // smaller value set by one would make another's larger launch fail.
+    let allowed = (b.info().max_shared_per_block_optin as usize).saturating_sub(STATIC_SHARED);
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        smem as i32,
+        allowed.max(smem) as i32,
     )
     .map_err(driver("allowing dynamic shared memory"))?;
     let per_sm = f
