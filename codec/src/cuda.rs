@@ -16,10 +16,9 @@ use std::ops::Range;
 
 use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{
-    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
-use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Element, Error, Result, Scratch};
+use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Element, Error, Result, Scratch, driver};
 
 use crate::format::{
     ChunkFault, CodecOptions, HEADER_WORDS, Scheme, ValueType, directory_words, header_words,
@@ -55,13 +54,6 @@ fn chunk_kernel(encode: bool, bits: u32, cv: u32) -> (&'static str, u32) {
 }
 /// Static shared memory of the chunk kernels, rounded up (ptxas reports 1168 bytes).
 const STATIC_SHARED: usize = 1280;
-
-fn driver(op: &'static str) -> impl Fn(DriverError) -> Error {
-    move |e| Error::Driver {
-        op,
-        message: format!("{e:?}"),
-    }
-}
 
 /// Device scratch of the compressor: the chunk slots, and CUB's temporary storage for the scan.
 /// Reuse one across calls so steady-state compression allocates nothing large.

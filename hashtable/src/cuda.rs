@@ -17,7 +17,7 @@ use joinkit_cuda::cudarc::driver::{
     CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
     PushKernelArg,
 };
-use joinkit_cuda::{Backend, CudaBackend, Error, KernelModule, Key, Result, Scratch};
+use joinkit_cuda::{Backend, CudaBackend, Error, KernelModule, Key, Result, Scratch, driver};
 
 use crate::config::{Probing, TableConfig, TableKind};
 use crate::cpu::{EMPTY_ROW, EMPTY_WORD, slot_words, status_error};
@@ -145,13 +145,6 @@ fn kernel<K: Key>(
     backend.function(&KERNELS, names[table][usize::from(K::BITS == 64)])
 }
 
-fn launch_error(e: joinkit_cuda::cudarc::driver::DriverError) -> Error {
-    Error::Driver {
-        op: "launching a hash-table kernel",
-        message: format!("{e:?}"),
-    }
-}
-
 fn ptr<T>(backend: &CudaBackend, v: &impl DevicePtr<T>) -> u64 {
     v.device_ptr(backend.stream()).0
 }
@@ -199,7 +192,9 @@ pub unsafe fn build_open_raw<K: Key>(
     let cfg = backend.grid_stride_config(keys.len(), 256);
     // SAFETY: per this function's contract `raw` describes a table the kernel may write and
     // `keys` holds n keys; `status` holds the 2 words the kernel updates.
-    unsafe { b.launch(cfg) }.map(|_| ()).map_err(launch_error)
+    unsafe { b.launch(cfg) }
+        .map(|_| ())
+        .map_err(driver("launching a hash-table kernel"))
 }
 
 /// Counts matches per probe row into `counts` and per tile into `tile_totals` (`tiles + 1`
@@ -236,7 +231,8 @@ pub fn probe_count<K: Key>(
     b.arg(&raw).arg(&pp).arg(&n64).arg(&cp).arg(&tp).arg(&t64);
     // SAFETY: `raw` describes the live table; the kernel reads n probe keys, writes n counts
     // and t + 1 tile totals (lengths checked above) and runs with PROBE_BLOCK threads a block.
-    unsafe { b.launch(tile_config(backend, t)) }.map_err(launch_error)?;
+    unsafe { b.launch(tile_config(backend, t)) }
+        .map_err(driver("launching a hash-table kernel"))?;
     joinkit_primitives::cuda::exclusive_sum(backend, &tile_totals.as_view(), tile_offsets, scratch)
 }
 
@@ -295,7 +291,7 @@ pub fn probe_retrieve<K: Key>(
     // (lengths checked above).
     unsafe { b.launch(tile_config(backend, t)) }
         .map(|_| ())
-        .map_err(launch_error)
+        .map_err(driver("launching a hash-table kernel"))
 }
 
 /// One grid-stride probe kernel `(RawTable, const K* probe, uint64_t n, uint32_t* out)`.
@@ -323,7 +319,7 @@ fn launch_rowwise<K: Key>(
     // only at indexes the callers checked: n entries (contains, find) or build rows (mark).
     unsafe { b.launch(backend.grid_stride_config(probe.len(), 256)) }
         .map(|_| ())
-        .map_err(launch_error)
+        .map_err(driver("launching a hash-table kernel"))
 }
 
 /// `out[r]` = 1 when probe row `r` has a match, else 0. Does not synchronize.
@@ -422,7 +418,8 @@ impl HashTables for CudaBackend {
             b.arg(&raw).arg(&kp).arg(&n);
             // SAFETY: `raw` holds `capacity` heads and one chain entry per key; the kernel
             // reads n keys and writes heads and next[0..n].
-            unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }.map_err(launch_error)?;
+            unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }
+                .map_err(driver("launching a hash-table kernel"))?;
             return Ok(table);
         }
         let mut status = self.upload(&[0u32, 0])?;

@@ -91,13 +91,6 @@ mod cuda {
 
     use super::check_table;
 
-    fn launch_error(e: joinkit_cuda::cudarc::driver::DriverError) -> Error {
-        Error::Driver {
-            op: "launching a floor kernel",
-            message: format!("{e:?}"),
-        }
-    }
-
     impl super::RandomAccessFloors for CudaBackend {
         fn floor_random_write<K: Key>(
             &self,
@@ -126,7 +119,7 @@ mod cuda {
             // SAFETY: the kernel reads n keys and writes slots below m of the m-word table.
             unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }
                 .map(|_| ())
-                .map_err(launch_error)
+                .map_err(joinkit_cuda::driver("launching a floor kernel"))
         }
 
         fn floor_random_read<K: Key>(
@@ -159,7 +152,7 @@ mod cuda {
             // SAFETY: the kernel reads n keys and slots below m, and writes n results.
             unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }
                 .map(|_| ())
-                .map_err(launch_error)
+                .map_err(joinkit_cuda::driver("launching a floor kernel"))
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
-use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
+use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result, driver};
 use joinkit_partition::{BucketChains, Partitioner};
 use joinkit_primitives::Scan;
 
@@ -69,13 +69,6 @@ struct CoParams {
 // SAFETY: a repr(C) struct of integers without padding (19 x 8 + 2 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
-
-fn driver(op: &'static str) -> impl Fn(joinkit_cuda::cudarc::driver::DriverError) -> Error {
-    move |e| Error::Driver {
-        op,
-        message: format!("{e:?}"),
-    }
-}
 
 /// Element `i` of a device buffer, read back (one synchronization).
 fn read_at<T: joinkit_cuda::Element>(

@@ -19,7 +19,9 @@ use joinkit_cuda::cudarc::driver::{
     CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
     PushKernelArg,
 };
-use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Element, Error, Key, Result, Scratch};
+use joinkit_cuda::{
+    Backend, CudaBackend, DeviceBuffer, Element, Error, Key, Result, Scratch, driver,
+};
 
 use crate::scan::Summable;
 
@@ -46,13 +48,6 @@ struct ColumnPtrs {
 // kernels take by value.
 unsafe impl DeviceRepr for ColumnPtrs {}
 
-fn launch_error(op: &'static str) -> impl Fn(joinkit_cuda::cudarc::driver::DriverError) -> Error {
-    move |e| Error::Driver {
-        op,
-        message: format!("{e:?}"),
-    }
-}
-
 /// The kernel of `names` (`[u32_u32, u32_u64, u64_u32, u64_u64]`) for two type widths.
 fn typed2(names: [&'static str; 4], a: u32, b: u32) -> &'static str {
     names[usize::from(a == 64) * 2 + usize::from(b == 64)]
@@ -69,7 +64,7 @@ fn typed1(names: [&'static str; 2], a: u32) -> &'static str {
 fn tiled_config(backend: &CudaBackend, f: &CudaFunction, tiles: u64) -> Result<LaunchConfig> {
     let per_sm = f
         .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
-        .map_err(launch_error("reading kernel occupancy"))?
+        .map_err(driver("reading kernel occupancy"))?
         .max(1);
     let resident = u64::from(backend.info().sm_count.max(1)) * u64::from(per_sm);
     Ok(LaunchConfig {
@@ -98,7 +93,7 @@ pub(crate) fn read_at<T: Element>(
     backend
         .stream()
         .memcpy_dtoh(&view.slice(i..i + 1), &mut host)
-        .map_err(launch_error("copying to the host"))?;
+        .map_err(driver("copying to the host"))?;
     backend.synchronize()?;
     Ok(host[0])
 }
@@ -239,7 +234,7 @@ pub fn gather_columns<T: Element, I: Key>(
         // columns (only at indices it has checked against src_len) and writes n elements of each
         // output; all lengths were checked above. `status` is the check's live status word or
         // null (the kernel then records nothing).
-        unsafe { b.launch(cfg) }.map_err(launch_error("launching gather"))?;
+        unsafe { b.launch(cfg) }.map_err(driver("launching gather"))?;
     }
     Ok(())
 }
@@ -308,7 +303,7 @@ pub fn scatter<T: Element, I: Key>(
         .arg(&status);
     // SAFETY: reads n elements of src and map (lengths checked), writes `out` only at indices
     // below out_len.
-    unsafe { b.launch(cfg) }.map_err(launch_error("launching scatter"))?;
+    unsafe { b.launch(cfg) }.map_err(driver("launching scatter"))?;
     Ok(())
 }
 
@@ -344,7 +339,7 @@ pub fn compaction_offsets(
     let mut b = backend.stream().launch_builder(&f);
     b.arg(&fp).arg(&n64).arg(&vector).arg(&op);
     // SAFETY: reads n flags, writes tiles + 1 counts (the length checked above).
-    unsafe { b.launch(cfg) }.map_err(launch_error("launching flag counts"))?;
+    unsafe { b.launch(cfg) }.map_err(driver("launching flag counts"))?;
     exclusive_sum_raw::<u64>(backend, op, op, tile_offsets.len(), scratch)
 }
 
@@ -403,7 +398,7 @@ pub fn compact_columns<T: Element>(
             .arg(&status);
         // SAFETY: reads n flags, n elements of each source and tiles + 1 offsets (lengths
         // checked); writes each output only below out_len, the shortest output's length.
-        unsafe { b.launch(cfg) }.map_err(launch_error("launching compaction"))?;
+        unsafe { b.launch(cfg) }.map_err(driver("launching compaction"))?;
     }
     Ok(())
 }
@@ -457,7 +452,7 @@ pub fn flagged_indices<I: Key>(
         .arg(&vector)
         .arg(&status);
     // SAFETY: reads n flags and tiles + 1 offsets (checked), writes `out` only below out_len.
-    unsafe { b.launch(cfg) }.map_err(launch_error("launching flagged ids"))?;
+    unsafe { b.launch(cfg) }.map_err(driver("launching flagged ids"))?;
     Ok(())
 }
 
@@ -540,7 +535,7 @@ pub fn sorted_bounds<K: Key, I: Key>(
     l.arg(&ap).arg(&na).arg(&bp).arg(&nb).arg(&lp).arg(&up);
     // SAFETY: reads na keys of a and, by binary search, positions below nb of b; writes na
     // elements of lower and upper (lengths checked).
-    unsafe { l.launch(cfg) }.map_err(launch_error("launching sorted bounds"))?;
+    unsafe { l.launch(cfg) }.map_err(driver("launching sorted bounds"))?;
     Ok(())
 }
 
@@ -576,7 +571,7 @@ pub fn range_offsets<I: Key>(
     let mut b = backend.stream().launch_builder(&f);
     b.arg(&lp).arg(&up).arg(&n64).arg(&op).arg(&status);
     // SAFETY: reads n elements of lower and upper, writes n + 1 counts (lengths checked).
-    unsafe { b.launch(cfg) }.map_err(launch_error("launching range counts"))?;
+    unsafe { b.launch(cfg) }.map_err(driver("launching range counts"))?;
     exclusive_sum_raw::<u64>(backend, op, op, n + 1, scratch)
 }
 
@@ -622,7 +617,7 @@ pub fn expand_ranges<I: Key>(
     b.arg(&offp).arg(&n64).arg(&tiles).arg(&tile_rows);
     // SAFETY: binary searches n offsets, writes tiles + 1 words of scratch (reserved above).
     unsafe { b.launch(backend.grid_stride_config(rows_len, BLOCK)) }
-        .map_err(launch_error("launching expand partition"))?;
+        .map_err(driver("launching expand partition"))?;
     let f = backend.function(&KERNELS, typed1(["expand_u32", "expand_u64"], I::BITS))?;
     let cfg = tiled_config(backend, &f, tiles)?;
     let (lp, ap, bp) = (
@@ -642,7 +637,7 @@ pub fn expand_ranges<I: Key>(
         .arg(&bp);
     // SAFETY: reads n lower bounds and n + 1 offsets at rows the partition found (all below
     // n), tiles + 1 tile rows; writes `total` elements of each output (capacity checked).
-    unsafe { b.launch(cfg) }.map_err(launch_error("launching expand"))?;
+    unsafe { b.launch(cfg) }.map_err(driver("launching expand"))?;
     Ok(())
 }
 

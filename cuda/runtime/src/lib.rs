@@ -42,7 +42,7 @@ pub use column::Column;
 pub use cpu::{CpuBackend, PARALLEL_THRESHOLD};
 #[cfg(feature = "cuda")]
 pub use cuda::{
-    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, Scratch, cudarc, device_count,
+    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, Scratch, cudarc, device_count, driver,
     driver_present,
 };
 pub use device::{DEVICE_ENV, Device};

@@ -151,12 +151,18 @@ impl MemPool {
     }
 }
 
-/// Maps a driver error to [`Error`], turning out-of-memory into [`Error::OutOfDeviceMemory`].
+/// Maps a driver error to [`Error::Driver`] naming the operation `op`.
 pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
     Error::Driver {
         op,
         message: format!("{e:?}"),
     }
+}
+
+/// For `map_err`: the driver error of operation `op` as [`Error::Driver`] (every crate's
+/// launches and copies report through this).
+pub fn driver(op: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| driver_error(op, e)
 }
 
 impl CudaBackend {
