@@ -34,21 +34,82 @@ __device__ __forceinline__ uint64_t block_sum(uint64_t v, uint64_t* smem) {
   return total;
 }
 
+// Builds an open-addressing table. Each lane inserts its own keys step by step and, when its
+// key is placed, takes the next one from its warp's batch of 32 (read coalesced, handed out by
+// ballot and shuffle): a warp never idles behind its longest probe sequence. (With one key per
+// lane per round, lanes waited for the round's longest sequence: ncu counted 12 of 32 active.)
 template <typename Table, typename K>
 __device__ void build_open(const RawTable& raw, const K* keys, uint64_t n, uint32_t* status) {
+  using joinkit::kFullMask;
+  using joinkit::ht::kStatusDuplicate;
+  using joinkit::ht::kStatusFull;
   const Table table(raw);
+  const uint32_t lane = joinkit::lane_id();
+  const uint32_t lanes_before = (1u << lane) - 1;
+  auto full = [&] { return (*reinterpret_cast<const volatile uint32_t*>(status) & kStatusFull) != 0; };
+  // Rows of the batch at `first` (0 past the end or once the table is full); warp-uniform.
+  auto batch_len = [&](uint64_t first) -> uint32_t {
+    const bool stop = __any_sync(kFullMask, full());
+    return first < n && !stop ? static_cast<uint32_t>(n - first < 32 ? n - first : 32) : 0u;
+  };
+  // The warp's batch: rows [batch, batch + avail), row batch + j's key held by lane j; lanes
+  // [0, taken) of it are handed out.
+  uint64_t batch = joinkit::global_thread_id() - lane;
+  uint32_t avail = batch_len(batch), taken = 0;
+  K held = lane < avail ? keys[batch + lane] : K(0);
+  // This lane's key in progress.
+  bool busy = false;
+  K key = 0;
+  uint32_t row = 0;
+  uint64_t steps = 0;
+  joinkit::ht::ProbeSeq seq{0, 1, 1};
   uint32_t local_max = 0, local_status = 0;
-  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride()) {
-    uint32_t probes;
-    const uint32_t s = table.insert(keys[i], static_cast<uint32_t>(i), &probes, status);
-    if (s & joinkit::ht::kStatusFull) atomicOr(status, joinkit::ht::kStatusFull);  // stop others
-    local_status |= s;
-    local_max = probes > local_max ? probes : local_max;
+  for (;;) {
+    const uint32_t idle = __ballot_sync(kFullMask, !busy);
+    if (idle != 0 && taken < avail) {  // warp-uniform
+      const uint32_t src = taken + __popc(idle & lanes_before);
+      const K k = __shfl_sync(kFullMask, held, src & 31);
+      if (!busy && src < avail) {
+        key = k;
+        row = static_cast<uint32_t>(batch + src);
+        seq = table.start(k);
+        steps = 0;
+        busy = true;
+      }
+      taken = min(avail, taken + __popc(idle));
+    }
+    if (taken == avail && avail != 0) {  // batch handed out: read the next
+      batch += joinkit::grid_stride();
+      avail = batch_len(batch);
+      taken = 0;
+      held = lane < avail ? keys[batch + lane] : K(0);
+    }
+    if (!__any_sync(kFullMask, busy)) {
+      if (avail == 0) break;
+      continue;
+    }
+    if (busy) {
+      const int r = table.insert_step(seq, key, row);
+      ++steps;
+      if (r == joinkit::ht::kStepInserted) {
+        local_max = steps > local_max ? static_cast<uint32_t>(steps) : local_max;
+        busy = false;
+      } else if (r == joinkit::ht::kStepDuplicate) {
+        local_status |= kStatusDuplicate;
+        busy = false;
+      } else if (steps >= table.capacity || ((steps & 63) == 0 && full())) {
+        local_status |= kStatusFull;
+        atomicOr(status, kStatusFull);  // stop the others
+        busy = false;
+      } else {
+        seq.advance();
+      }
+    }
   }
-  // Every thread of the (multiple-of-32) block reaches this point: full-warp reductions.
-  local_max = __reduce_max_sync(joinkit::kFullMask, local_max);
-  local_status = __reduce_or_sync(joinkit::kFullMask, local_status);
-  if (joinkit::lane_id() == 0) {
+  // Every lane leaves the loop together (the exit is warp-uniform): full-warp reductions.
+  local_max = __reduce_max_sync(kFullMask, local_max);
+  local_status = __reduce_or_sync(kFullMask, local_status);
+  if (lane == 0) {
     if (local_max) atomicMax(status + 1, local_max);
     if (local_status) atomicOr(status, local_status);
   }

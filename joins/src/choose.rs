@@ -1,27 +1,32 @@
-//! Choosing an algorithm from what is known about the inputs: a decision tree after Wu et al.
-//! (VLDB 2024: sizes, payload widths, match ratio, skew), as a function with its thresholds in
-//! one calibratable struct. Not wired into [`Algorithm::Auto`] yet, which stays
-//! [`crate::AUTO_CHOICE`] until the thresholds are calibrated on a GPU.
+//! Choosing an algorithm from what is known about the inputs: Wu et al.'s decision tree (VLDB
+//! 2024: sizes, payload widths, match ratio, skew), calibrated by our H200 measurements
+//! (docs/results/joins.md), over statistics [`sample_stats`] takes from the inputs. This is what
+//! [`Algorithm::Auto`] runs.
 //!
-//! The tree's reasoning:
+//! The tree's reasoning, with the H200 figures behind each threshold (|R| = 2^27, |S| = 2^28):
 //! 1. **Small build side**: a global hash table that stays in the cache (L2 on a GPU) beats
-//!    any partitioning pass: NPHJ-open.
-//! 2. **No payloads to move** (row ids out, or no payload columns): GFTR has nothing to
-//!    transform, the radix partition's row ids are written by the match directly: PHJ-OM.
-//! 3. **Wide payloads and a high match ratio**: most payload bytes end up in the output, and
-//!    gathering them from partitioned (clustered) columns beats random gathers from the inputs
-//!    even after transforming every column: PHJ-OM (GFTR).
-//! 4. **Otherwise** (narrow, or few matches): transforming payloads that mostly get thrown away
-//!    costs more than random gathers of the few that are kept: PHJ-UM (GFUR).
-//! 5. **Heavy skew** of the probe keys keeps the partitioned joins (their work items are
-//!    bounded by piece capacity, S partitions are chunked), but a hot key with many build rows
-//!    favours the sort-merge join, whose merge-path expansion balances any multiplicity:
-//!    SMJ-OM when the sampled hot key also repeats on the build side.
-//!
-//! The thresholds in [`ChoiceParams::default`] are first guesses, not measurements: calibrate
-//! them per device (docs/results/joins.md) before trusting `Auto` with them.
+//!    any partitioning pass: NPHJ-open. (NPHJ-open leads up to |R| = 2^22, a 64 MiB table
+//!    against 60 MiB of L2.)
+//! 2. **Both sides skewed on one key** (a hot key with many build rows, M:N): the sort-merge
+//!    join's merge-path expansion balances any multiplicity: SMJ-OM. (Wu's tree; none of the
+//!    benchmarked cases has it, so it is not calibrated.)
+//! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
+//!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
+//!    (4 B 2+2 wide: at match ratio 0.1 PHJ-UM 23.3 ms against PHJ-OM 32.4, at 0.3 28.1
+//!    against 33.5; at 0.5 PHJ-OM is within 7 % of the best, above it the best.)
+//! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
+//!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
+//!    and on the CPU.
+
+use joinkit_cuda::{Key, Result};
+use joinkit_hashtable::{HashTables, TableConfig};
+use joinkit_primitives::{Bounds, Gather};
 
 use crate::Algorithm;
+use crate::copart::CoPartitionJoin;
+
+/// Rows [`sample_stats`] takes from each side (fewer when a side is shorter).
+pub const SAMPLE_ROWS: usize = 1 << 14;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,22 +54,25 @@ pub struct JoinInputStats {
 /// The thresholds of [`choose`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChoiceParams {
-    /// Build sides up to this many bytes of table (16 bytes a row) stay in the cache: NPHJ.
+    /// Build sides up to this many bytes of table (16 bytes a row) stay in the cache: NPHJ-open.
+    /// 0 where partitioning wins at every size (the CPU).
     pub cached_table_bytes: usize,
-    /// Output payload bytes per row from which GFTR pays (both sides together).
+    /// Output payload bytes per row (both sides together) from which GFUR can pay.
     pub wide_payload_bytes: usize,
-    /// Match ratio from which GFTR pays.
-    pub gftr_match_ratio: f64,
+    /// Below this match ratio, a wide join runs GFUR (PHJ-UM).
+    pub gfur_match_ratio: f64,
     /// Top-key shares from which both sides count as skewed on one key.
     pub skew_share: f64,
 }
 
-impl Default for ChoiceParams {
-    fn default() -> Self {
+impl ChoiceParams {
+    /// The thresholds for `b`: its cache size (see [`CoPartitionJoin::cached_table_bytes`]), and
+    /// the payload, match ratio and skew thresholds measured on the H200.
+    pub fn for_backend<B: CoPartitionJoin>(b: &B) -> Self {
         Self {
-            cached_table_bytes: 16 << 20,
+            cached_table_bytes: b.cached_table_bytes().unwrap_or(0),
             wide_payload_bytes: 16,
-            gftr_match_ratio: 0.5,
+            gfur_match_ratio: 0.5,
             skew_share: 0.01,
         }
     }
@@ -82,19 +90,89 @@ pub fn choose(stats: &JoinInputStats, params: &ChoiceParams) -> Algorithm {
         return Algorithm::SmjOm;
     }
     let payload = stats.left_payload_bytes + stats.right_payload_bytes;
-    if payload == 0 {
-        return Algorithm::PhjOm;
+    if payload >= params.wide_payload_bytes && stats.match_ratio < params.gfur_match_ratio {
+        return Algorithm::PhjUm;
     }
-    if payload >= params.wide_payload_bytes && stats.match_ratio >= params.gftr_match_ratio {
-        Algorithm::PhjOm
-    } else {
-        Algorithm::PhjUm
+    Algorithm::PhjOm
+}
+
+/// Input statistics for [`choose`], from [`SAMPLE_ROWS`] rows of each side at spread
+/// positions: the match ratio (the sampled left keys in a small hash table, every right key
+/// probed against it: one read of the right keys), and each side's most frequent sampled key.
+/// Deterministic for the same inputs.
+///
+/// # Errors
+/// Allocation, driver and primitive errors.
+pub fn sample_stats<B, K>(
+    b: &B,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    left_payload_bytes: usize,
+    right_payload_bytes: usize,
+) -> Result<JoinInputStats>
+where
+    B: Gather + HashTables + CoPartitionJoin,
+    K: Key,
+{
+    use joinkit_cuda::Buffer as _;
+    let mut stats = JoinInputStats {
+        left_rows: left.len(),
+        right_rows: right.len(),
+        key_bytes: std::mem::size_of::<K>(),
+        left_payload_bytes,
+        right_payload_bytes,
+        match_ratio: 0.0,
+        left_top_key_share: 0.0,
+        right_top_key_share: 0.0,
+    };
+    if left.is_empty() || right.is_empty() {
+        return Ok(stats);
     }
+    let left_sample = sample(b, left)?;
+    let table = b.build_table(&left_sample, &TableConfig::hash_row())?;
+    let mut matched = b.alloc::<u32>(left_sample.len())?;
+    b.fill(&mut matched, 0)?;
+    b.mark_matched(&table, right, &mut matched)?;
+    let matched = b.download(&matched)?;
+    stats.match_ratio = matched.iter().filter(|&&m| m != 0).count() as f64 / matched.len() as f64;
+    stats.left_top_key_share = top_key_share(b.download(&left_sample)?);
+    stats.right_top_key_share = top_key_share(b.download(&sample(b, right)?)?);
+    Ok(stats)
+}
+
+/// [`SAMPLE_ROWS`] keys of `keys` (all of them when shorter), one from each of as many equal
+/// strides, at a hashed offset inside its stride.
+fn sample<B: Gather, K: Key>(b: &B, keys: &B::Buf<K>) -> Result<B::Buf<K>> {
+    use joinkit_cuda::Buffer as _;
+    let n = keys.len() as u64;
+    let rows = n.min(SAMPLE_ROWS as u64);
+    let map: Vec<u64> = (0..rows)
+        .map(|i| {
+            let (lo, hi) = (i * n / rows, (i + 1) * n / rows);
+            lo + joinkit_cuda::hash::hash64(i, 0x5a3) % (hi - lo)
+        })
+        .collect();
+    b.gather(keys, &b.upload(&map)?, Bounds::Trust)
+}
+
+/// The share of the most frequent value.
+fn top_key_share<K: Key>(mut keys: Vec<K>) -> f64 {
+    if keys.is_empty() {
+        return 0.0;
+    }
+    keys.sort_unstable();
+    let top = keys
+        .chunk_by(|a, b| a == b)
+        .map(<[K]>::len)
+        .max()
+        .unwrap_or(0);
+    top as f64 / keys.len() as f64
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use joinkit_cuda::CpuBackend;
 
     fn stats(right_rows: usize, payload: usize, ratio: f64) -> JoinInputStats {
         JoinInputStats {
@@ -111,16 +189,50 @@ mod tests {
 
     #[test]
     fn the_tree_branches() {
-        let p = ChoiceParams::default();
+        let p = ChoiceParams {
+            cached_table_bytes: 16 << 20,
+            wide_payload_bytes: 16,
+            gfur_match_ratio: 0.5,
+            skew_share: 0.01,
+        };
         assert_eq!(choose(&stats(1000, 4, 1.0), &p), Algorithm::NphjOpen);
-        assert_eq!(choose(&stats(1 << 27, 0, 1.0), &p), Algorithm::PhjOm);
+        assert_eq!(choose(&stats(1 << 27, 0, 0.1), &p), Algorithm::PhjOm);
+        assert_eq!(choose(&stats(1 << 27, 4, 0.1), &p), Algorithm::PhjOm);
         assert_eq!(choose(&stats(1 << 27, 8, 1.0), &p), Algorithm::PhjOm);
-        assert_eq!(choose(&stats(1 << 27, 4, 1.0), &p), Algorithm::PhjUm);
-        assert_eq!(choose(&stats(1 << 27, 8, 0.1), &p), Algorithm::PhjUm);
+        assert_eq!(choose(&stats(1 << 27, 8, 0.5), &p), Algorithm::PhjOm);
+        assert_eq!(choose(&stats(1 << 27, 8, 0.3), &p), Algorithm::PhjUm);
         let mut skewed = stats(1 << 27, 4, 1.0);
         skewed.left_top_key_share = 0.2;
-        assert_eq!(choose(&skewed, &p), Algorithm::PhjUm);
+        assert_eq!(choose(&skewed, &p), Algorithm::PhjOm);
         skewed.right_top_key_share = 0.05;
         assert_eq!(choose(&skewed, &p), Algorithm::SmjOm);
+        let cpu = ChoiceParams::for_backend(&CpuBackend::new());
+        assert_eq!(choose(&stats(1000, 4, 1.0), &cpu), Algorithm::PhjOm);
+    }
+
+    #[test]
+    fn sampling_measures_match_ratio_and_skew() {
+        let b = CpuBackend::new();
+        // 40 000 left keys, a fifth of them (every fifth row) in the right side; key 7 on a
+        // quarter of the right rows.
+        let left: Vec<u32> = (0..40_000u32)
+            .map(|i| if i % 5 == 0 { i } else { 1_000_000 + i })
+            .collect();
+        let right: Vec<u32> = (0..40_000u32)
+            .chain(std::iter::repeat_n(7, 13_333))
+            .collect();
+        let s = sample_stats(&b, &left, &right, 4, 8).unwrap();
+        assert!((s.match_ratio - 0.2).abs() < 0.03, "{s:?}");
+        assert!(s.left_top_key_share < 0.001, "{s:?}");
+        assert!((s.right_top_key_share - 0.25).abs() < 0.03, "{s:?}");
+        assert_eq!(
+            (s.left_rows, s.right_rows, s.key_bytes),
+            (40_000, 53_333, 4)
+        );
+        // Short and empty sides: every row sampled, no division by zero.
+        let s = sample_stats(&b, &vec![1u64, 2, 3], &vec![3u64], 0, 0).unwrap();
+        assert!((s.match_ratio - 1.0 / 3.0).abs() < 1e-9);
+        let s = sample_stats(&b, &Vec::<u64>::new(), &vec![3u64], 0, 0).unwrap();
+        assert_eq!(s.match_ratio, 0.0);
     }
 }

@@ -6,10 +6,11 @@ use joinkit_hashtable::{HashTables, TableConfig, TableKind};
 use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
 
+use crate::choose::{ChoiceParams, JoinInputStats, choose, sample_stats};
 use crate::copart::CoPartitionJoin;
 use crate::flags::MatchFlags;
 use crate::phj::{Layout, PartitionedSide, phj_om, phj_um};
-use crate::{AUTO_CHOICE, Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
+use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
 
 /// Everything a backend needs to run every join algorithm.
 pub trait JoinBackend:
@@ -138,17 +139,34 @@ fn check_rows(n: usize) -> Result<()> {
     Ok(())
 }
 
-/// The algorithm to run: the requested one, or for [`Algorithm::Auto`] NPHJ-open when the
-/// build side's global table stays in cache (16 bytes a row at load 0.5), else
-/// [`AUTO_CHOICE`].
-fn resolve<B: JoinBackend>(b: &B, opts: &JoinOptions, right_rows: usize) -> Algorithm {
-    match opts.algorithm {
-        Algorithm::Auto => match b.cached_table_bytes() {
-            Some(cached) if right_rows.saturating_mul(16) <= cached => Algorithm::NphjOpen,
-            _ => AUTO_CHOICE,
-        },
-        a => a,
+/// The algorithm to run: the requested one, or for [`Algorithm::Auto`] the decision tree's
+/// choice ([`choose`]): NPHJ-open when the build side's global table stays in cache (16 bytes a
+/// row at load 0.5), else a choice from sampled statistics, timed as the `plan` phase and
+/// returned with them.
+fn resolve<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    opts: &JoinOptions,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    payload_bytes: (usize, usize),
+) -> Result<(Algorithm, Option<JoinInputStats>)> {
+    if opts.algorithm != Algorithm::Auto {
+        return Ok((opts.algorithm, None));
     }
+    let params = ChoiceParams::for_backend(b);
+    if right.len().saturating_mul(16) <= params.cached_table_bytes {
+        return Ok((Algorithm::NphjOpen, None));
+    }
+    let sampled = ph.run("plan", || {
+        sample_stats(b, left, right, payload_bytes.0, payload_bytes.1)
+    })?;
+    Ok((choose(&sampled, &params), Some(sampled)))
+}
+
+/// Bytes per row of a table's payload columns.
+fn row_bytes<B: Backend>(cols: &[Column<B>]) -> usize {
+    cols.iter().map(Column::width).sum()
 }
 
 /// Hash joins: build on the right keys, probe with the left.
@@ -330,6 +348,7 @@ fn stats<B: Backend>(
         output_rows,
         phases,
         peak_memory_bytes: b.memory().map(|m| m.peak_bytes),
+        sampled: None,
     }
 }
 
@@ -349,11 +368,13 @@ pub fn join_rows<B: JoinBackend, K: Key>(
     opts: &JoinOptions,
 ) -> Result<(RowPairs<B>, JoinStats)> {
     b.reset_peak_memory();
-    let algorithm = resolve(b, opts, right.len());
+    check_rows(left.len())?;
+    check_rows(right.len())?;
     let mut ph = Phases {
         backend: b,
         phases: Vec::new(),
     };
+    let (algorithm, sampled) = resolve(b, &mut ph, opts, left, right, (0, 0))?;
     let m = run_match(b, &mut ph, algorithm, left, right, opts, Layout::RowIds)?;
     let rows: RowPairs<B> = ph.run("materialize", || {
         let (lmap, rmap) = match &m.sorted {
@@ -389,7 +410,8 @@ pub fn join_rows<B: JoinBackend, K: Key>(
         })
     })?;
     let n = rows.left.len() as u64;
-    let st = stats(b, algorithm, opts, left.len(), right.len(), n, ph.phases);
+    let mut st = stats(b, algorithm, opts, left.len(), right.len(), n, ph.phases);
+    st.sampled = sampled;
     Ok((rows, st))
 }
 
@@ -423,11 +445,25 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     opts: &JoinOptions,
 ) -> Result<(Materialized<B>, JoinStats)> {
     b.reset_peak_memory();
-    let algorithm = resolve(b, opts, right.len());
+    check_rows(left.len())?;
+    check_rows(right.len())?;
     let mut ph = Phases {
         backend: b,
         phases: Vec::new(),
     };
+    let right_payload_bytes = if opts.kind.has_right_rows() {
+        row_bytes(&right.payloads)
+    } else {
+        0
+    };
+    let (algorithm, sampled) = resolve(
+        b,
+        &mut ph,
+        opts,
+        &left.keys,
+        &right.keys,
+        (row_bytes(&left.payloads), right_payload_bytes),
+    )?;
     let layout = if algorithm == Algorithm::PhjOm {
         Layout::Positions {
             left: left.payloads.first(),
@@ -557,7 +593,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         }
         _ => unreachable!("every kind produces its parts"),
     };
-    let st = stats(
+    let mut st = stats(
         b,
         algorithm,
         opts,
@@ -566,6 +602,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         result.rows,
         ph.phases,
     );
+    st.sampled = sampled;
     Ok((result, st))
 }
 

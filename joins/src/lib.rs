@@ -44,7 +44,7 @@ pub mod reference;
 mod spec;
 mod stats;
 
-pub use choose::{ChoiceParams, JoinInputStats, choose};
+pub use choose::{ChoiceParams, JoinInputStats, SAMPLE_ROWS, choose, sample_stats};
 pub use copart::{
     CPU_BUILD_CAPACITY, CPU_PROBE_CHUNK, CoJoined, CoPartitionJoin, CoSide, CoWant,
     MAX_BUILD_CAPACITY, MIX_SEED, Pieces, set_cpu_phj_limits,
@@ -54,12 +54,3 @@ pub use join::{JoinBackend, Materialized, RowPairs, Table, join_columns, join_ro
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use spec::{Algorithm, JoinKind, JoinOptions, NULL_ROW};
 pub use stats::JoinStats;
-
-/// [`Algorithm::Auto`]'s choice for build sides whose global hash table does not stay in the
-/// device's cache (smaller ones run NPHJ-open, see [`CoPartitionJoin::cached_table_bytes`]).
-/// Measured on an H200 (docs/results/joins.md, |R| = 2^20 … 2^27 with |S| = 2|R|, and the
-/// paper's 2^27 ⋈ 2^28 cases), PHJ-OM is the fastest algorithm in every case with all probe
-/// rows matching past |R| = 2^22, on the CPU at every size; at a match ratio of 0.1 (2+2 wide)
-/// NPHJ-open is 12 % faster. [`choose`] holds Wu's decision tree over sampled input statistics
-/// and is not wired in until its thresholds are calibrated.
-pub const AUTO_CHOICE: Algorithm = Algorithm::PhjOm;

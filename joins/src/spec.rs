@@ -55,7 +55,7 @@ pub enum Algorithm {
     /// co-partition in shared memory, payloads gathered from the partitioned relations at
     /// clustered positions.
     PhjOm,
-    /// Choose for the caller (see [`crate::AUTO_CHOICE`]).
+    /// Choose for the caller from the input statistics (see [`crate::choose`]).
     Auto,
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{Algorithm, JoinKind};
+use crate::{Algorithm, JoinInputStats, JoinKind};
 
 /// Timings and sizes of one join.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +22,9 @@ pub struct JoinStats {
     pub phases: Vec<(&'static str, f64)>,
     /// Most device memory held at once during the join (bytes), where the backend counts it.
     pub peak_memory_bytes: Option<usize>,
+    /// For [`Algorithm::Auto`]: the sampled statistics the choice was made from (`None` when
+    /// the algorithm was given, or the build side fit the cache and nothing was sampled).
+    pub sampled: Option<JoinInputStats>,
 }
 
 impl JoinStats {

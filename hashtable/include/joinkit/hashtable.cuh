@@ -47,6 +47,10 @@ constexpr uint32_t kEmptyRow = 0xffffffffu;
 // Status bits a build writes (the Rust side reads them after the build kernel).
 constexpr uint32_t kStatusFull = 1u;
 constexpr uint32_t kStatusDuplicate = 2u;
+// What one insert step (`insert_step` of the open-addressing views) found at its slot.
+constexpr int kStepInserted = 0;   // the slot was empty and now holds the row
+constexpr int kStepDuplicate = 1;  // the slot holds the key already (key-value tables)
+constexpr int kStepOccupied = 2;   // another key: advance the sequence and try again
 // Seed offset of the second hash (double hashing).
 constexpr uint32_t kSecondSeed = 0x5bd1e995u;
 
@@ -119,15 +123,17 @@ struct KvSlot<uint32_t> {
   __device__ __forceinline__ static uint64_t pack(uint32_t key, uint32_t row) {
     return static_cast<uint64_t>(key) | (static_cast<uint64_t>(row) << 32);
   }
-  // Inserts at word `w`; returns 0 when inserted, 1 when the slot holds `key` already, 2 when
-  // it holds another key.
+  // Inserts at word `w`: kStepInserted, kStepDuplicate or kStepOccupied. Reads the word
+  // before the CAS (measured on an H200: CAS-first is slower, most of all at load 0.8); that
+  // read may come from L1 and be stale, but only ever stale-empty (a slot is written once):
+  // the CAS then fails and returns the real word.
   __device__ __forceinline__ static int insert(uint64_t* w, uint32_t key, uint32_t row) {
-    uint64_t cur = *reinterpret_cast<volatile uint64_t*>(w);
+    uint64_t cur = *w;
     if (cur == kEmptyWord) {
       cur = cas64(w, kEmptyWord, pack(key, row));
-      if (cur == kEmptyWord) return 0;
+      if (cur == kEmptyWord) return kStepInserted;
     }
-    return static_cast<uint32_t>(cur) == key ? 1 : 2;
+    return static_cast<uint32_t>(cur) == key ? kStepDuplicate : kStepOccupied;
   }
   // The row stored under `key` at word `w`: kEmptyRow if another key, `empty` set if free.
   __device__ __forceinline__ static uint32_t find(const uint64_t* w, uint32_t key, bool* empty) {
@@ -144,15 +150,15 @@ template <>
 struct KvSlot<uint64_t> {
   static constexpr uint64_t kWords = 2;
   __device__ __forceinline__ static int insert(uint64_t* w, uint64_t key, uint32_t row) {
-    uint64_t cur = *reinterpret_cast<volatile uint64_t*>(w);
+    uint64_t cur = *w;  // stale only ever as empty, as above
     if (cur == kEmptyWord) {
       cur = cas64(w, kEmptyWord, key);
       if (cur == kEmptyWord) {
         w[1] = row;
-        return 0;
+        return kStepInserted;
       }
     }
-    return cur == key ? 1 : 2;
+    return cur == key ? kStepDuplicate : kStepOccupied;
   }
   __device__ __forceinline__ static uint32_t find(const uint64_t* w, uint64_t key, bool* empty) {
     const ulonglong2 s = *reinterpret_cast<const ulonglong2*>(w);
@@ -160,6 +166,28 @@ struct KvSlot<uint64_t> {
     return s.x == key ? static_cast<uint32_t>(s.y) : kEmptyRow;
   }
 };
+
+// An open-addressing view's whole insert, step by step (`start`, `insert_step`): returns 0 and
+// the sequence length used in *probes, or kStatusFull / kStatusDuplicate. Bounded by
+// `capacity` steps; gives up early when *status already says full.
+template <typename Table, typename K>
+__device__ __forceinline__ uint32_t insert_steps(const Table& table, K key, uint32_t row,
+                                                 uint32_t* probes, const uint32_t* status) {
+  *probes = 0;
+  ProbeSeq seq = table.start(key);
+  for (uint64_t s = 1; s <= table.capacity; ++s) {
+    const int r = table.insert_step(seq, key, row);
+    if (r == kStepInserted) {
+      *probes = static_cast<uint32_t>(s);
+      return 0;
+    }
+    if (r == kStepDuplicate) return kStatusDuplicate;
+    if ((s & 63) == 0 && (*reinterpret_cast<const volatile uint32_t*>(status) & kStatusFull))
+      return kStatusFull;
+    seq.advance();
+  }
+  return kStatusFull;
+}
 
 template <typename K, typename Probing>
 struct KeyValueTable {
@@ -179,32 +207,29 @@ struct KeyValueTable {
     return slots + capacity * KvSlot<K>::kWords + (KvSlot<K>::kWords - 1);
   }
 
+  // The probe sequence of `key`, at its home slot.
+  __device__ __forceinline__ ProbeSeq start(K key) const {
+    return Probing::make(key, hash_key(key, seed), seed, capacity);
+  }
+
+  // One insert step: tries (key, row) at the slot `seq` is at. The key equal to the empty
+  // sentinel goes to the extra slot instead, in one step.
+  __device__ __forceinline__ int insert_step(const ProbeSeq& seq, K key, uint32_t row) const {
+    if (key == empty_key<K>()) {
+      const uint64_t value = KvSlot<K>::kWords == 1
+                                 ? (static_cast<uint64_t>(key) | (static_cast<uint64_t>(row) << 32))
+                                 : static_cast<uint64_t>(row);
+      return cas64(sentinel_row_word(), kEmptyWord, value) == kEmptyWord ? kStepInserted
+                                                                        : kStepDuplicate;
+    }
+    return KvSlot<K>::insert(slots + seq.slot() * KvSlot<K>::kWords, key, row);
+  }
+
   // Inserts (key, row). Returns 0 and the sequence length used in *probes, or kStatusFull /
   // kStatusDuplicate. Gives up early when *status already says full.
   __device__ __forceinline__ uint32_t insert(K key, uint32_t row, uint32_t* probes,
                                              const uint32_t* status) const {
-    *probes = 0;
-    if (key == empty_key<K>()) {
-      uint64_t* w = sentinel_row_word();
-      const uint64_t value = KvSlot<K>::kWords == 1
-                                 ? (static_cast<uint64_t>(key) | (static_cast<uint64_t>(row) << 32))
-                                 : static_cast<uint64_t>(row);
-      return cas64(w, kEmptyWord, value) == kEmptyWord ? 0u : kStatusDuplicate;
-    }
-    const uint32_t h = hash_key(key, seed);
-    ProbeSeq seq = Probing::make(key, h, seed, capacity);
-    for (uint64_t s = 0; s < capacity; ++s) {
-      const int r = KvSlot<K>::insert(slots + seq.slot() * KvSlot<K>::kWords, key, row);
-      if (r == 0) {
-        *probes = static_cast<uint32_t>(s + 1);
-        return 0;
-      }
-      if (r == 1) return kStatusDuplicate;
-      if ((s & 63) == 63 && (*reinterpret_cast<const volatile uint32_t*>(status) & kStatusFull))
-        return kStatusFull;
-      seq.advance();
-    }
-    return kStatusFull;
+    return insert_steps(*this, key, row, probes, status);
   }
 
   // Calls f(row) for the (at most one) build row holding `key`.
@@ -248,24 +273,24 @@ struct HashRowTable {
         seed(t.seed),
         max_probe(t.max_probe) {}
 
+  // The probe sequence of `key`, at its home slot.
+  __device__ __forceinline__ ProbeSeq start(K key) const {
+    return Probing::make(key, hash_key(key, seed), seed, capacity);
+  }
+
+  // One insert step: tries (hash, row) at the slot `seq` is at (never kStepDuplicate: equal
+  // keys take a slot each). The read may be stale-empty, as in KvSlot::insert.
+  __device__ __forceinline__ int insert_step(const ProbeSeq& seq, K key, uint32_t row) const {
+    uint64_t* w = slots + seq.slot();
+    const uint64_t word = (static_cast<uint64_t>(hash_key(key, seed)) << 32) | row;
+    return *w == kEmptyWord && cas64(w, kEmptyWord, word) == kEmptyWord ? kStepInserted
+                                                                        : kStepOccupied;
+  }
+
+  // As KeyValueTable::insert (never kStatusDuplicate).
   __device__ __forceinline__ uint32_t insert(K key, uint32_t row, uint32_t* probes,
                                              const uint32_t* status) const {
-    *probes = 0;
-    const uint32_t h = hash_key(key, seed);
-    const uint64_t word = (static_cast<uint64_t>(h) << 32) | row;
-    ProbeSeq seq = Probing::make(key, h, seed, capacity);
-    for (uint64_t s = 0; s < capacity; ++s) {
-      uint64_t* w = slots + seq.slot();
-      if (*reinterpret_cast<volatile uint64_t*>(w) == kEmptyWord &&
-          cas64(w, kEmptyWord, word) == kEmptyWord) {
-        *probes = static_cast<uint32_t>(s + 1);
-        return 0;
-      }
-      if ((s & 63) == 63 && (*reinterpret_cast<const volatile uint32_t*>(status) & kStatusFull))
-        return kStatusFull;
-      seq.advance();
-    }
-    return kStatusFull;
+    return insert_steps(*this, key, row, probes, status);
   }
 
   // Calls f(row) for every build row holding `key`, in probe order, while f returns true.
