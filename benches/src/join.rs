@@ -10,7 +10,9 @@
 //!
 //! Workloads: |R| unique keys shuffled, |S| foreign keys (a match ratio, or Zipf skew), narrow
 //! or wide, 4- or 8-byte keys, or TPC-H `orders ⋈ lineitem`, with every algorithm: per-phase
-//! times, throughput ((|R| + |S|) / time), peak device memory and the bytes floor.
+//! times, throughput ((|R| + |S|) / time), peak device memory and the bytes floor. With
+//! `--memory-budget` a workload runs the chunked join instead (NPHJ-open and NPHJ-chained),
+//! each chunk dropped as it comes, and reports the chunks.
 
 use std::path::PathBuf;
 
@@ -18,8 +20,8 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::Field;
 use clap::Args;
 use joinkit::{
-    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Materialized, Table,
-    join_columns,
+    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Table, join_columns,
+    join_columns_chunked,
 };
 use joinkit_cuda::{
     Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, each_column, map_column,
@@ -95,6 +97,11 @@ pub(crate) struct JoinArgs {
     /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead.
     #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
     tpch: Option<f64>,
+    /// Output memory budget in bytes (2^30 or 1073741824): run the chunked join, which yields
+    /// the output in pieces of at most this many bytes, with NPHJ-open and NPHJ-chained (the
+    /// algorithms it takes) unless --algorithm says; reports the number of chunks.
+    #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
+    memory_budget: Option<usize>,
     /// Seed of the generated keys.
     #[arg(
         long,
@@ -164,7 +171,10 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
         );
     }
     if algorithms.is_empty() {
-        algorithms = Algorithm::CONCRETE.to_vec();
+        algorithms = match args.memory_budget {
+            Some(_) => vec![Algorithm::NphjOpen, Algorithm::NphjChained],
+            None => Algorithm::CONCRETE.to_vec(),
+        };
     }
     match args.key_bits {
         32 => with_backend!(device, b => bench::<_, u32>(b, args, &algorithms, ctx))?,
@@ -178,21 +188,18 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
 
 /// Runs a join as `runs` says and returns the last output with the statistics of the median
 /// timed run (by total time). Each output is freed before the next run.
-fn median_run<B: JoinBackend, K: Key>(
-    b: &B,
-    left: &Table<B, K>,
-    right: &Table<B, K>,
-    opts: &JoinOptions,
+fn median_run<O>(
+    mut join: impl FnMut() -> joinkit_cuda::Result<(O, JoinStats)>,
     Runs { warmup, repeat }: Runs,
-) -> joinkit_cuda::Result<(Materialized<B>, JoinStats)> {
+) -> joinkit_cuda::Result<(O, JoinStats)> {
     for _ in 0..warmup {
-        join_columns(b, left, right, opts)?;
+        join()?;
     }
-    let (mut out, first) = join_columns(b, left, right, opts)?;
+    let (mut out, first) = join()?;
     let mut runs = vec![first];
     for _ in 1..repeat {
         drop(out);
-        let (o, st) = join_columns(b, left, right, opts)?;
+        let (o, st) = join()?;
         out = o;
         runs.push(st);
     }
@@ -279,7 +286,7 @@ fn join_tables<B: JoinBackend, K: Key>(
         Table::new(b.upload(&keys)?, payloads)
     };
     let (l, r) = (table(left, li)?, table(right, ri)?);
-    let (m, st) = median_run(b, &l, &r, opts, ctx.runs_or(0, 1))?;
+    let (m, st) = median_run(|| join_columns(b, &l, &r, opts), ctx.runs_or(0, 1))?;
     drop((l, r));
     let down = |c: &Column<B>| -> joinkit_cuda::Result<Column<CpuBackend>> {
         Ok(map_column!(c, c, T => b.download::<T>(c)?))
@@ -387,11 +394,20 @@ fn bench<B: JoinBackend, K: Key>(
     let width = (K::BITS / 8) as f64;
     let runs = ctx.runs(10);
     for &algorithm in algorithms {
-        let opts = JoinOptions::new(args.kind)
+        let mut opts = JoinOptions::new(args.kind)
             .algorithm(algorithm)
             .right_unique(true); // R's keys are unique in every workload here
-        let (out, st) = median_run(b, &left, &right, &opts, runs)?;
-        drop(out);
+        let (chunks, st) = match args.memory_budget {
+            Some(budget) => {
+                opts = opts.memory_budget(budget as u64);
+                let (chunks, st) = median_run(|| chunked(b, &left, &right, &opts), runs)?;
+                (Some(chunks), st)
+            }
+            None => (
+                None,
+                median_run(|| join_columns(b, &left, &right, &opts), runs)?.1,
+            ),
+        };
         // Bytes floor: inputs read once (keys and payloads) plus the output written once
         // (the payloads of both sides per output row), over the measured copy bandwidth.
         let inputs = (r.len() + s.len()) as f64 * width * (1 + args.payloads) as f64;
@@ -401,6 +417,11 @@ fn bench<B: JoinBackend, K: Key>(
         ctx.report.row(
             with_stats(row, &st)
                 .with("floor %", 100.0 * floor_ms / st.total_ms())
+                .with_opt("chunks", chunks)
+                .with_opt(
+                    "budget MiB",
+                    args.memory_budget.map(|m| m as f64 / (1 << 20) as f64),
+                )
                 .detail("key-bits", K::BITS)
                 .detail("payloads", args.payloads)
                 .detail("workload", shape.as_str())
@@ -408,4 +429,18 @@ fn bench<B: JoinBackend, K: Key>(
         );
     }
     Ok(())
+}
+
+/// The chunked join, each chunk dropped as it comes: the number of chunks, and the statistics.
+fn chunked<B: JoinBackend, K: Key>(
+    b: &B,
+    left: &Table<B, K>,
+    right: &Table<B, K>,
+    opts: &JoinOptions,
+) -> joinkit_cuda::Result<(u64, JoinStats)> {
+    let mut chunks = join_columns_chunked(b, left, right, opts)?;
+    for chunk in chunks.by_ref() {
+        drop(chunk?);
+    }
+    Ok((chunks.chunks(), chunks.stats()))
 }

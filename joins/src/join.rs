@@ -2,11 +2,12 @@
 //! (transform, match, materialize) over the primitives.
 
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
-use joinkit_hashtable::{HashTables, TableConfig, TableKind};
+use joinkit_hashtable::{HashTable, HashTables, Matches, TableConfig, TableKind};
 use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
 
 use crate::choose::{ChoiceParams, JoinInputStats, choose, sample_stats};
+use crate::chunk::Budget;
 use crate::copart::CoPartitionJoin;
 use crate::flags::MatchFlags;
 use crate::phj::{Layout, PartitionedSide, phj_om, phj_um};
@@ -111,10 +112,17 @@ pub(crate) struct Matched<B: Backend, K: Key> {
 /// Times phases and records them in order.
 pub(crate) struct Phases<'b, B: Backend> {
     backend: &'b B,
-    phases: Vec<(&'static str, f64)>,
+    pub(crate) phases: Vec<(&'static str, f64)>,
 }
 
-impl<B: Backend> Phases<'_, B> {
+impl<'b, B: Backend> Phases<'b, B> {
+    pub(crate) fn new(backend: &'b B) -> Self {
+        Self {
+            backend,
+            phases: Vec::new(),
+        }
+    }
+
     pub(crate) fn run<R>(
         &mut self,
         name: &'static str,
@@ -130,7 +138,7 @@ impl<B: Backend> Phases<'_, B> {
 }
 
 /// Row ids are `u32` with [`NULL_ROW`] reserved: sides are limited to `u32::MAX - 1` rows.
-fn check_rows(n: usize) -> Result<()> {
+pub(crate) fn check_rows(n: usize) -> Result<()> {
     if n as u64 >= u64::from(NULL_ROW) {
         return Err(Error::SizeOverflow(
             "join sides are limited to 2^32 - 1 rows (u32 row ids)",
@@ -169,15 +177,16 @@ fn row_bytes<B: Backend>(cols: &[Column<B>]) -> usize {
     cols.iter().map(Column::width).sum()
 }
 
-/// Hash joins: build on the right keys, probe with the left.
-fn hash_match<B: JoinBackend, K: Key>(
+/// The hash table on the right keys: chained, or open addressing with (key, row) slots when
+/// the keys are promised unique and (hash, row) slots otherwise; a broken promise is
+/// [`Error::DuplicateKey`] on the right side.
+pub(crate) fn build_right_table<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
-    left: &B::Buf<K>,
-    right: &B::Buf<K>,
+    right: &'k B::Buf<K>,
     opts: &JoinOptions,
     chained: bool,
-) -> Result<Matched<B, K>> {
+) -> Result<HashTable<'k, B, K>> {
     let config = match (chained, opts.right_unique) {
         (true, _) => TableConfig::chained(),
         (false, true) => TableConfig::key_value(),
@@ -198,43 +207,73 @@ fn hash_match<B: JoinBackend, K: Key>(
             return Err(Error::DuplicateKey { side: "right" });
         }
     }
-    ph.run("match", || match opts.kind {
-        JoinKind::Inner | JoinKind::LeftOuter => {
-            // Count, allocate, retrieve; a left outer join takes its unmatched rows from the
-            // same counts instead of probing a second time.
-            let matches = b.probe_count(&table, left)?;
-            let total = usize::try_from(matches.total())
-                .map_err(|_| Error::SizeOverflow("join output rows"))?;
-            let (mut lp, mut rp) = (b.alloc::<u32>(total)?, b.alloc::<u32>(total)?);
-            b.probe_retrieve(&table, left, &matches, &mut lp, &mut rp)?;
-            let left_only = match opts.kind {
-                JoinKind::LeftOuter => {
-                    let unmatched = b.count_flags(matches.counts(), false)?;
-                    Some(b.flagged_indices::<u32>(&unmatched)?)
-                }
-                _ => None,
-            };
-            Ok(Matched {
-                pairs: Some((lp, rp)),
-                left_only,
-                sorted: None,
-                partitioned: None,
-            })
+    Ok(table)
+}
+
+/// What [`probe_left`] finds: match counts, and left rows kept.
+pub(crate) type Probed<B> = (Option<Matches<B>>, Option<<B as Backend>::Buf<u32>>);
+
+/// Probes the table with the left keys: the match counts (inner and left outer joins), and the
+/// left rows a semi, anti or outer join keeps; a left outer join takes its unmatched rows from
+/// the counts instead of probing a second time.
+pub(crate) fn probe_left<B: JoinBackend, K: Key>(
+    b: &B,
+    table: &HashTable<'_, B, K>,
+    left: &B::Buf<K>,
+    kind: JoinKind,
+) -> Result<Probed<B>> {
+    Ok(match kind {
+        JoinKind::Inner => (Some(b.probe_count(table, left)?), None),
+        JoinKind::LeftOuter => {
+            let matches = b.probe_count(table, left)?;
+            let unmatched = b.count_flags(matches.counts(), false)?;
+            let rows = b.flagged_indices::<u32>(&unmatched)?;
+            (Some(matches), Some(rows))
         }
         JoinKind::LeftSemi | JoinKind::LeftAnti => {
-            let found = b.contains(&table, left)?;
-            let keep = if opts.kind == JoinKind::LeftSemi {
+            let found = b.contains(table, left)?;
+            let keep = if kind == JoinKind::LeftSemi {
                 found
             } else {
                 b.count_flags(&found, false)?
             };
-            Ok(Matched {
-                pairs: None,
-                left_only: Some(b.flagged_indices::<u32>(&keep)?),
-                sorted: None,
-                partitioned: None,
-            })
+            (None, Some(b.flagged_indices::<u32>(&keep)?))
         }
+    })
+}
+
+/// Hash joins: build on the right keys, probe with the left; count, check the budget,
+/// allocate, retrieve.
+fn hash_match<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+    chained: bool,
+    budget: &Budget,
+) -> Result<Matched<B, K>> {
+    let table = build_right_table(b, ph, right, opts, chained)?;
+    ph.run("match", || {
+        let (matches, left_only) = probe_left(b, &table, left, opts.kind)?;
+        let pairs = matches.as_ref().map_or(0, Matches::total);
+        budget.check(pairs.saturating_add(left_only.as_ref().map_or(0, |u| u.len() as u64)))?;
+        let pairs = match matches {
+            Some(matches) => {
+                let total =
+                    usize::try_from(pairs).map_err(|_| Error::SizeOverflow("join output rows"))?;
+                let (mut lp, mut rp) = (b.alloc::<u32>(total)?, b.alloc::<u32>(total)?);
+                b.probe_retrieve(&table, left, &matches, &mut lp, &mut rp)?;
+                Some((lp, rp))
+            }
+            None => None,
+        };
+        Ok(Matched {
+            pairs,
+            left_only,
+            sorted: None,
+            partitioned: None,
+        })
     })
 }
 
@@ -246,6 +285,7 @@ fn merge_match<B: JoinBackend, K: Key>(
     left: &B::Buf<K>,
     right: &B::Buf<K>,
     opts: &JoinOptions,
+    budget: &Budget,
 ) -> Result<Matched<B, K>> {
     let sort = |keys: &B::Buf<K>| -> Result<(B::Buf<K>, B::Buf<u32>)> {
         let mut rows = b.alloc::<u32>(keys.len())?;
@@ -264,16 +304,22 @@ fn merge_match<B: JoinBackend, K: Key>(
     }
     ph.run("match", || {
         let (lo, hi) = b.sorted_bounds::<K, u32>(&lk, &rk)?;
-        let pairs = match opts.kind {
-            JoinKind::Inner | JoinKind::LeftOuter => Some(b.expand_ranges::<u32>(&lo, &hi)?),
-            _ => None,
-        };
         let left_only = match opts.kind {
             JoinKind::Inner => None,
             JoinKind::LeftSemi => Some(b.flagged_indices::<u32>(&b.range_flags(&lo, &hi, true)?)?),
             JoinKind::LeftAnti | JoinKind::LeftOuter => {
                 Some(b.flagged_indices::<u32>(&b.range_flags(&lo, &hi, false)?)?)
             }
+        };
+        let pairs = match opts.kind {
+            JoinKind::Inner | JoinKind::LeftOuter => {
+                if budget.limited() {
+                    let unmatched = left_only.as_ref().map_or(0, |u| u.len() as u64);
+                    budget.check(b.range_total(&lo, &hi)?.saturating_add(unmatched))?;
+                }
+                Some(b.expand_ranges::<u32>(&lo, &hi)?)
+            }
+            _ => None,
         };
         Ok(Matched {
             pairs,
@@ -284,6 +330,7 @@ fn merge_match<B: JoinBackend, K: Key>(
     })
 }
 
+#[allow(clippy::too_many_arguments)] // the sides, the choices, the output's layout and budget
 fn run_match<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -292,18 +339,21 @@ fn run_match<B: JoinBackend, K: Key>(
     right: &B::Buf<K>,
     opts: &JoinOptions,
     layout: Layout<'_, B>,
+    budget: &Budget,
 ) -> Result<Matched<B, K>> {
-    check_rows(left.len())?;
-    check_rows(right.len())?;
-    match algorithm {
-        Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false),
-        Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true),
-        Algorithm::PhjUm => phj_um(b, ph, left, right, opts),
-        Algorithm::PhjOm => phj_om(b, ph, left, right, opts, layout),
+    let m = match algorithm {
+        Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false, budget)?,
+        Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true, budget)?,
+        Algorithm::PhjUm => phj_um(b, ph, left, right, opts)?,
+        Algorithm::PhjOm => phj_om(b, ph, left, right, opts, layout)?,
         Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto => {
-            merge_match(b, ph, left, right, opts)
+            merge_match(b, ph, left, right, opts, budget)?
         }
-    }
+    };
+    // The partitioned joins count inside their match: check before materializing.
+    let pairs = m.pairs.as_ref().map_or(0, |p| p.0.len() as u64);
+    budget.check(pairs + m.left_only.as_ref().map_or(0, |u| u.len() as u64))?;
+    Ok(m)
 }
 
 /// `a` followed by `c`, in a new buffer.
@@ -318,6 +368,17 @@ fn concat<B: Backend, T: joinkit_cuda::Element>(
     Ok(out)
 }
 
+/// `n` copies of `value`.
+pub(crate) fn filled<B: Backend, T: joinkit_cuda::Element>(
+    b: &B,
+    n: usize,
+    value: T,
+) -> Result<B::Buf<T>> {
+    let mut out = b.alloc::<T>(n)?;
+    b.fill(&mut out, value)?;
+    Ok(out)
+}
+
 /// `head` then `total - head.len()` copies of `fill`.
 fn pad<B: Backend, T: joinkit_cuda::Element>(
     b: &B,
@@ -325,13 +386,12 @@ fn pad<B: Backend, T: joinkit_cuda::Element>(
     total: usize,
     fill: T,
 ) -> Result<B::Buf<T>> {
-    let mut out = b.alloc::<T>(total)?;
-    b.fill(&mut out, fill)?;
+    let mut out = filled(b, total, fill)?;
     b.copy_into(head, &mut out, 0)?;
     Ok(out)
 }
 
-fn stats<B: Backend>(
+pub(crate) fn stats<B: Backend>(
     b: &B,
     algorithm: Algorithm,
     opts: &JoinOptions,
@@ -359,7 +419,9 @@ fn stats<B: Backend>(
 ///
 /// # Errors
 /// [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or more, or an output that does not fit
-/// memory addresses; [`Error::DuplicateKey`] when `right_unique` was promised and broken;
+/// memory addresses; [`Error::OutputOverBudget`] when the output would take more bytes than
+/// [`JoinOptions::memory_budget`] (see there what counts; [`crate::join_rows_chunked`] gives it
+/// in pieces); [`Error::DuplicateKey`] when `right_unique` was promised and broken;
 /// allocation, driver and primitive errors.
 pub fn join_rows<B: JoinBackend, K: Key>(
     b: &B,
@@ -370,12 +432,19 @@ pub fn join_rows<B: JoinBackend, K: Key>(
     b.reset_peak_memory();
     check_rows(left.len())?;
     check_rows(right.len())?;
-    let mut ph = Phases {
-        backend: b,
-        phases: Vec::new(),
-    };
+    let mut ph = Phases::new(b);
     let (algorithm, sampled) = resolve(b, &mut ph, opts, left, right, (0, 0))?;
-    let m = run_match(b, &mut ph, algorithm, left, right, opts, Layout::RowIds)?;
+    let budget = Budget::rows(opts);
+    let m = run_match(
+        b,
+        &mut ph,
+        algorithm,
+        left,
+        right,
+        opts,
+        Layout::RowIds,
+        &budget,
+    )?;
     let rows: RowPairs<B> = ph.run("materialize", || {
         let (lmap, rmap) = match &m.sorted {
             Some((l, r)) => (Some(l), Some(r)),
@@ -416,7 +485,7 @@ pub fn join_rows<B: JoinBackend, K: Key>(
 }
 
 /// Gathers every column of `cols` by `map` (the map's ids are valid by construction).
-fn gather_columns<B: JoinBackend>(
+pub(crate) fn gather_columns<B: JoinBackend>(
     b: &B,
     cols: &[Column<B>],
     map: &B::Buf<u32>,
@@ -437,7 +506,8 @@ fn gather_columns<B: JoinBackend>(
 /// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
 ///
 /// # Errors
-/// As [`join_rows`].
+/// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
+/// pieces).
 pub fn join_columns<B: JoinBackend, K: Key>(
     b: &B,
     left: &Table<B, K>,
@@ -447,10 +517,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     b.reset_peak_memory();
     check_rows(left.len())?;
     check_rows(right.len())?;
-    let mut ph = Phases {
-        backend: b,
-        phases: Vec::new(),
-    };
+    let mut ph = Phases::new(b);
     let right_payload_bytes = if opts.kind.has_right_rows() {
         row_bytes(&right.payloads)
     } else {
@@ -475,7 +542,17 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     } else {
         Layout::RowIds
     };
-    let m = run_match(b, &mut ph, algorithm, &left.keys, &right.keys, opts, layout)?;
+    let budget = Budget::columns(opts, &left.payloads, &right.payloads);
+    let m = run_match(
+        b,
+        &mut ph,
+        algorithm,
+        &left.keys,
+        &right.keys,
+        opts,
+        layout,
+        &budget,
+    )?;
 
     // For one side's columns: the output rows' values of each column, with `ids` positions
     // (GFTR) or row ids (GFUR).
@@ -569,9 +646,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
                     .iter()
                     .map(|c| Ok(map_column!(c, c, T => pad(b, c, total, T::default())?)))
                     .collect::<Result<Vec<_>>>()?;
-                let mut ones = b.alloc::<u32>(pl.len())?;
-                b.fill(&mut ones, 1)?;
-                let valid = pad(b, &ones, total, 0u32)?;
+                let valid = pad(b, &filled(b, pl.len(), 1u32)?, total, 0u32)?;
                 Ok(Materialized {
                     left,
                     right,

@@ -20,6 +20,11 @@
 //! M:N. Outputs: row-id gather maps ([`join_rows`]) or payload columns ([`join_columns`]), with
 //! [`JoinStats`] (per-phase times, peak device memory, the algorithm chosen).
 //!
+//! Sizes: output rows are counted (64-bit) before the output is allocated. With
+//! [`JoinOptions::memory_budget`] an output over the budget is [`Error::OutputOverBudget`];
+//! the chunked joins ([`join_columns_chunked`], [`join_rows_chunked`]: a non-partitioned hash
+//! join, built and counted once) yield it instead in pieces that each fit the budget.
+//!
 //! ```
 //! use joinkit::{JoinKind, JoinOptions, join_rows};
 //! use joinkit_cuda::{Backend, CpuBackend};
@@ -34,6 +39,7 @@
 //! ```
 
 mod choose;
+mod chunk;
 mod copart;
 #[cfg(feature = "cuda")]
 mod copart_cuda;
@@ -45,6 +51,7 @@ mod spec;
 mod stats;
 
 pub use choose::{ChoiceParams, JoinInputStats, SAMPLE_ROWS, choose, sample_stats};
+pub use chunk::{ColumnChunks, RowChunks, join_columns_chunked, join_rows_chunked};
 pub use copart::{
     CPU_BUILD_CAPACITY, CPU_PROBE_CHUNK, CoJoined, CoPartitionJoin, CoSide, CoWant,
     MAX_BUILD_CAPACITY, MIX_SEED, Pieces, set_cpu_phj_limits,

@@ -108,6 +108,19 @@ pub struct JoinOptions {
     /// The right side promises unique keys (a primary key: PK-FK and PK-PK joins). Checked:
     /// a duplicate is [`crate::Error::DuplicateKey`].
     pub right_unique: bool,
+    /// Most bytes the output buffers of one call may take (`None`: no limit). Output bytes
+    /// are rows times the bytes of a row: for [`crate::join_rows`], 4 per row-id column (two
+    /// for inner and left outer joins, one for semi and anti); for [`crate::join_columns`],
+    /// the widths of the left payload columns, plus for inner and left outer joins those of
+    /// the right ones, plus for left outer joins 4 for the validity word. The rows are
+    /// counted (64-bit) before the output is allocated (the hash joins, the sort-merge joins)
+    /// or as soon as the match has counted them, before materializing (the partitioned joins):
+    /// an output over the budget is [`crate::Error::OutputOverBudget`]. Working memory (hash
+    /// tables, sorted or partitioned copies, match counts) is not counted.
+    ///
+    /// The chunked joins ([`crate::join_columns_chunked`], [`crate::join_rows_chunked`]) need
+    /// a budget and yield the output in pieces that each fit it.
+    pub memory_budget: Option<u64>,
 }
 
 impl JoinOptions {
@@ -117,6 +130,7 @@ impl JoinOptions {
             kind,
             algorithm: Algorithm::Auto,
             right_unique: false,
+            memory_budget: None,
         }
     }
 
@@ -129,6 +143,12 @@ impl JoinOptions {
     /// Promising (and checking) unique right keys.
     pub fn right_unique(mut self, unique: bool) -> Self {
         self.right_unique = unique;
+        self
+    }
+
+    /// With a budget of `bytes` for the output buffers (see [`JoinOptions::memory_budget`]).
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = Some(bytes);
         self
     }
 }

@@ -2,37 +2,21 @@
 //! sizes including empty sides, duplicates on both sides, no matches, all rows on one key,
 //! extreme key values. Materialized payloads are checked against the reference's pairs.
 
-use joinkit::reference::join_pairs;
-use joinkit::{
-    Algorithm, Backend, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, NULL_ROW,
-    Table, join_columns, join_rows,
-};
-use joinkit_cuda::hash::hash64;
-use joinkit_cuda::{Element, Key};
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
-
-fn runner() -> TestRunner {
-    TestRunner::new(Config {
-        cases: 32,
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
+mod common;
 
 #[cfg(feature = "cuda")]
-fn gpu(test: &str) -> Option<joinkit_cuda::CudaBackend> {
-    joinkit_cuda::testing::cuda_or_skip(test)
-}
+use common::gpu;
+use common::{expected_rows, keys, pairs_from, rows_of, table};
+use joinkit::reference::join_pairs;
+use joinkit::{
+    Algorithm, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, Table, join_columns,
+    join_rows,
+};
+use joinkit_cuda::Key;
+use proptest::prelude::*;
 
-/// Key columns with the shapes that break joins.
-fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
-    prop_oneof![
-        proptest::collection::vec((0u64..64).prop_map(K::from_u64), 0..400),
-        proptest::collection::vec(any::<K>(), 0..300),
-        (0usize..200).prop_map(|n| vec![K::from_u64(7); n]),
-        proptest::collection::vec(prop_oneof![Just(K::from_u64(0)), Just(K::MAX)], 0..100),
-    ]
+fn runner() -> proptest::test_runner::TestRunner {
+    common::runner(32)
 }
 
 fn pairs_of<B: JoinBackend, K: Key>(
@@ -43,14 +27,9 @@ fn pairs_of<B: JoinBackend, K: Key>(
 ) -> Result<Vec<(u32, u32)>, Error> {
     let (dl, dr) = (b.upload(l)?, b.upload(r)?);
     let (rows, stats) = join_rows(b, &dl, &dr, opts)?;
-    let left = b.download(&rows.left)?;
-    let right = match &rows.right {
-        Some(r) => b.download(r)?,
-        None => vec![NULL_ROW; left.len()],
-    };
-    assert_eq!(stats.output_rows, left.len() as u64);
+    let mut p = pairs_from(b, &rows);
+    assert_eq!(stats.output_rows, p.len() as u64);
     assert_ne!(stats.algorithm, Algorithm::Auto);
-    let mut p: Vec<(u32, u32)> = left.into_iter().zip(right).collect();
     p.sort_unstable();
     Ok(p)
 }
@@ -90,27 +69,6 @@ fn every_algorithm_and_kind_u64() {
     check_rows::<u64>("every_algorithm_and_kind_u64");
 }
 
-/// A table whose payloads are functions of the key, of mixed widths and signedness.
-fn table<B: Backend>(b: &B, keys: &[u32], salt: u64) -> Table<B, u32> {
-    let p0: Vec<u64> = keys.iter().map(|&k| hash64(u64::from(k), salt)).collect();
-    let p1: Vec<i32> = keys
-        .iter()
-        .map(|&k| hash64(u64::from(k), salt + 1) as i32)
-        .collect();
-    Table::new(
-        b.upload(keys).unwrap(),
-        vec![
-            Column::U64(b.upload(&p0).unwrap()),
-            Column::I32(b.upload(&p1).unwrap()),
-        ],
-    )
-    .unwrap()
-}
-
-fn download_bits<B: Backend>(b: &B, c: &Column<B>) -> Vec<u64> {
-    joinkit_cuda::each_column!(c, c => b.download(c).unwrap().into_iter().map(Element::to_bits).collect())
-}
-
 /// Output rows as (left payload bits..., right payload bits..., valid), sorted.
 fn materialized_rows<B: JoinBackend>(
     b: &B,
@@ -120,48 +78,7 @@ fn materialized_rows<B: JoinBackend>(
 ) -> Vec<Vec<u64>> {
     let (out, stats) = join_columns(b, &table(b, l, 10), &table(b, r, 20), opts).unwrap();
     assert_eq!(stats.output_rows, out.rows);
-    let cols: Vec<Vec<u64>> = out
-        .left
-        .iter()
-        .chain(&out.right)
-        .map(|c| download_bits(b, c))
-        .collect();
-    let valid = out.right_valid.as_ref().map(|v| b.download(v).unwrap());
-    let mut rows: Vec<Vec<u64>> = (0..out.rows as usize)
-        .map(|i| {
-            let mut row: Vec<u64> = cols.iter().map(|c| c[i]).collect();
-            row.push(valid.as_ref().map_or(1, |v| u64::from(v[i])));
-            row
-        })
-        .collect();
-    rows.sort_unstable();
-    rows
-}
-
-fn expected_rows(l: &[u32], r: &[u32], kind: JoinKind) -> Vec<Vec<u64>> {
-    let side = |k: u32, salt: u64| {
-        vec![
-            hash64(u64::from(k), salt),
-            u64::from(hash64(u64::from(k), salt + 1) as i32 as u32),
-        ]
-    };
-    let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
-        .into_iter()
-        .map(|(li, ri)| {
-            let mut row = side(l[li as usize], 10);
-            if kind.has_right_rows() {
-                if ri == NULL_ROW {
-                    row.extend([0, 0, 0]);
-                } else {
-                    row.extend(side(r[ri as usize], 20));
-                    row.push(1);
-                }
-            } else {
-                row.push(1);
-            }
-            row
-        })
-        .collect();
+    let mut rows = rows_of(b, &out);
     rows.sort_unstable();
     rows
 }

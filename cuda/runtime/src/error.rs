@@ -80,6 +80,23 @@ pub enum Error {
         /// Elements available.
         capacity: u64,
     },
+    /// A join's output would take more bytes than the memory budget the caller gave it
+    /// (`joinkit::JoinOptions::memory_budget`). Counted before the output is allocated; a
+    /// chunked join (`joinkit::join_columns_chunked`, `joinkit::join_rows_chunked`) yields the
+    /// same output in pieces within the budget.
+    #[error(
+        "join output of {rows} rows needs {bytes} bytes, over the memory budget of {budget} \
+         bytes; a chunked join (joinkit::join_columns_chunked, join_rows_chunked) yields an \
+         output in pieces within any budget that holds one row"
+    )]
+    OutputOverBudget {
+        /// Output rows (1 when a chunked join's budget does not hold a single row).
+        rows: u64,
+        /// Bytes those rows need.
+        bytes: u64,
+        /// The budget in bytes.
+        budget: u64,
+    },
     /// Encoded data is truncated or corrupt (with what was wrong).
     #[error("corrupt or truncated encoded data: {0}")]
     Corrupt(String),
