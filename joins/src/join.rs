@@ -129,7 +129,7 @@ impl<B: Backend> Phases<'_, B> {
 }
 
 /// Row ids are `u32` with [`NULL_ROW`] reserved: sides are limited to `u32::MAX - 1` rows.
-fn check_rows(n: usize) -> Result<()> {
+pub(crate) fn check_rows(n: usize) -> Result<()> {
     if n as u64 >= u64::from(NULL_ROW) {
         return Err(Error::SizeOverflow(
             "join sides are limited to 2^32 - 1 rows (u32 row ids)",
@@ -394,7 +394,7 @@ pub fn join_rows<B: JoinBackend, K: Key>(
 }
 
 /// Gathers every column of `cols` by `map` (the map's ids are valid by construction).
-fn gather_columns<B: JoinBackend>(
+pub(crate) fn gather_columns<B: JoinBackend>(
     b: &B,
     cols: &[Column<B>],
     map: &B::Buf<u32>,

@@ -20,6 +20,10 @@
 //! M:N. Outputs: row-id gather maps ([`join_rows`]) or payload columns ([`join_columns`]), with
 //! [`JoinStats`] (per-phase times, peak device memory, the algorithm chosen).
 //!
+//! Sequences of joins ([`join_sequence`], Wu et al. §5.2.7): a fact table joined with `k`
+//! dimension tables, each foreign-key column materialized just before its join (or, as the
+//! baseline, all up front), payloads gathered once at the end from the composed gather maps.
+//!
 //! ```
 //! use joinkit::{JoinKind, JoinOptions, join_rows};
 //! use joinkit_cuda::{Backend, CpuBackend};
@@ -41,6 +45,7 @@ mod flags;
 mod join;
 mod phj;
 pub mod reference;
+mod sequence;
 mod spec;
 mod stats;
 
@@ -52,6 +57,10 @@ pub use copart::{
 pub use flags::MatchFlags;
 pub use join::{JoinBackend, Materialized, RowPairs, Table, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
+pub use sequence::{
+    ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,
+    SequenceStep, join_sequence,
+};
 pub use spec::{Algorithm, JoinKind, JoinOptions, NULL_ROW};
 pub use stats::JoinStats;
 
