@@ -31,7 +31,7 @@ use joinkit_datagen as datagen;
 
 use crate::error::{BenchError, Result};
 use crate::files::{self, HostTable};
-use crate::measure::{Ctx, Runs, parse_size};
+use crate::measure::{self, Ctx, Runs, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -142,15 +142,19 @@ fn kind_name(kind: JoinKind) -> &'static str {
     KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
 }
 
-pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
-    let mut algorithms = args
-        .algorithm
+/// Algorithms by name (see [`Algorithm::from_name`]).
+pub(crate) fn parse_algorithms(names: &[String]) -> joinkit_cuda::Result<Vec<Algorithm>> {
+    names
         .iter()
         .map(|n| {
             Algorithm::from_name(n)
                 .ok_or_else(|| Error::InvalidArgument(format!("unknown algorithm {n:?}")))
         })
-        .collect::<joinkit_cuda::Result<Vec<_>>>()?;
+        .collect()
+}
+
+pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
+    let mut algorithms = parse_algorithms(&args.algorithm)?;
     if let (Some(left), Some(right), Some(on)) = (&args.left, &args.right, &args.on) {
         let algorithm = match algorithms[..] {
             [] => Algorithm::Auto,
@@ -189,23 +193,10 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
 /// Runs a join as `runs` says and returns the last output with the statistics of the median
 /// timed run (by total time). Each output is freed before the next run.
 fn median_run<O>(
-    mut join: impl FnMut() -> joinkit_cuda::Result<(O, JoinStats)>,
-    Runs { warmup, repeat }: Runs,
+    join: impl FnMut() -> joinkit_cuda::Result<(O, JoinStats)>,
+    runs: Runs,
 ) -> joinkit_cuda::Result<(O, JoinStats)> {
-    for _ in 0..warmup {
-        join()?;
-    }
-    let (mut out, first) = join()?;
-    let mut runs = vec![first];
-    for _ in 1..repeat {
-        drop(out);
-        let (o, st) = join()?;
-        out = o;
-        runs.push(st);
-    }
-    runs.sort_by(|a, c| a.total_ms().total_cmp(&c.total_ms()));
-    let median = runs.swap_remove(runs.len() / 2);
-    Ok((out, median))
+    measure::median_run(runs, join, JoinStats::total_ms)
 }
 
 /// A join's statistics as row fields, after the row's own.
@@ -356,13 +347,14 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
     Ok((r, s, format!("|R| = {nr}, |S| = {ns}, {shape}")))
 }
 
-fn table<B: Backend, K: Key>(
+/// `payloads` generated payload columns of the keys' width, functions of the key.
+pub(crate) fn payload_columns<B: Backend, K: Key>(
     b: &B,
     keys: &[K],
     payloads: usize,
     salt: u64,
-) -> joinkit_cuda::Result<Table<B, K>> {
-    let cols = (0..payloads as u64)
+) -> joinkit_cuda::Result<Vec<Column<B>>> {
+    (0..payloads as u64)
         .map(|c| {
             Ok(if K::BITS == 32 {
                 Column::U32(b.upload(&datagen::payload::<K, u32>(keys, salt + c))?)
@@ -370,8 +362,17 @@ fn table<B: Backend, K: Key>(
                 Column::U64(b.upload(&datagen::payload::<K, u64>(keys, salt + c))?)
             })
         })
-        .collect::<joinkit_cuda::Result<Vec<_>>>()?;
-    Table::new(b.upload(keys)?, cols)
+        .collect()
+}
+
+/// A generated table: `keys` and `payloads` columns of their width, functions of the key.
+pub(crate) fn table<B: Backend, K: Key>(
+    b: &B,
+    keys: &[K],
+    payloads: usize,
+    salt: u64,
+) -> joinkit_cuda::Result<Table<B, K>> {
+    Table::new(b.upload(keys)?, payload_columns(b, keys, payloads, salt)?)
 }
 
 fn bench<B: JoinBackend, K: Key>(

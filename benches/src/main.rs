@@ -13,6 +13,7 @@ mod measure;
 mod partition;
 mod plot;
 mod report;
+mod sequence;
 mod smoke;
 mod sort;
 mod sweep;
@@ -104,6 +105,10 @@ enum Command {
     /// join workloads (or TPC-H orders ⋈ lineitem) with every algorithm: per-phase times,
     /// (|R| + |S|) / time, peak device memory and the fraction of the bytes floor.
     Join(join::JoinArgs),
+    /// Sequences of joins (Wu et al. §5.2.7): a fact table joined with k dimension tables in
+    /// turn, each foreign key materialized just before its join or all up front: total and
+    /// per-join times, (|S| + k |R|) / time, peak device memory.
+    Sequence(sequence::SequenceArgs),
 }
 
 impl Command {
@@ -117,6 +122,7 @@ impl Command {
             Command::Partition(_) => "partition",
             Command::Hashtable(_) => "hashtable",
             Command::Join(_) => "join",
+            Command::Sequence(_) => "sequence",
         }
     }
 
@@ -129,6 +135,7 @@ impl Command {
             Command::Partition(_) => Some(partition::PLOT),
             Command::Hashtable(_) => Some(hashtable::PLOT),
             Command::Join(_) => Some(join::PLOT),
+            Command::Sequence(_) => Some(sequence::PLOT),
         }
     }
 
@@ -141,6 +148,7 @@ impl Command {
             Command::Partition(args) => Ok(partition::run(device, args, ctx)?),
             Command::Hashtable(args) => Ok(hashtable::run(device, args, ctx)?),
             Command::Join(args) => join::run(device, args, ctx),
+            Command::Sequence(args) => sequence::run(device, args, ctx),
         }
     }
 }

@@ -88,6 +88,29 @@ pub(crate) fn time<B: Backend>(
     })
 }
 
+/// Runs `work` as `runs` says and returns the last output with the statistics of the median
+/// timed run (by `total_ms` of the statistics). Each output is freed before the next run.
+pub(crate) fn median_run<O, S>(
+    Runs { warmup, repeat }: Runs,
+    mut work: impl FnMut() -> Result<(O, S)>,
+    total_ms: impl Fn(&S) -> f64,
+) -> Result<(O, S)> {
+    for _ in 0..warmup {
+        work()?;
+    }
+    let (mut out, first) = work()?;
+    let mut runs = vec![first];
+    for _ in 1..repeat {
+        drop(out);
+        let (o, st) = work()?;
+        out = o;
+        runs.push(st);
+    }
+    runs.sort_by(|a, c| total_ms(a).total_cmp(&total_ms(c)));
+    let median = runs.swap_remove(runs.len() / 2);
+    Ok((out, median))
+}
+
 /// The device-to-device copy bandwidth, counting bytes read plus bytes written, in GB/s: the
 /// denominator of every "fraction of copy bandwidth" joinkit reports.
 pub(crate) fn copy_bandwidth<B: Backend>(

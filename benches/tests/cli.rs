@@ -343,6 +343,15 @@ fn file_joins_on_the_gpu() {
     round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, false, gpu);
 }
 
+/// The rows a run wrote to `<d>/<stem>.jsonl`.
+fn json_rows(d: &Path, stem: &str) -> Vec<serde_json::Value> {
+    let lines = std::fs::read_to_string(d.join(format!("{stem}.jsonl"))).unwrap();
+    lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// A failed run: non-zero exit, one line on stderr starting `joinkit-bench:`, no panic.
 fn fails(o: &Output, says: &str) {
     let err = text(&o.stderr);
@@ -451,11 +460,7 @@ fn a_sweep_writes_a_table_json_lines_and_plots() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("join:") && out.contains("M tuples/s"), "{out}");
-    let lines = std::fs::read_to_string(d.join("join.jsonl")).unwrap();
-    let rows: Vec<serde_json::Value> = lines
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_rows(&d, "join");
     assert_eq!(rows.len(), 6);
     for r in &rows {
         for field in [
@@ -494,7 +499,7 @@ fn a_sweep_writes_a_table_json_lines_and_plots() {
 #[test]
 fn every_subcommand_runs_on_small_sizes() {
     let d = dir("subcommands");
-    let small: [&[&str]; 7] = [
+    let small: [&[&str]; 8] = [
         &[
             "smoke",
             "--copy-elements",
@@ -516,6 +521,7 @@ fn every_subcommand_runs_on_small_sizes() {
             "2^10",
         ],
         &["join", "--r", "2^10", "--kind", "left-outer"],
+        &["sequence", "--s", "2^10", "--algorithm", "NPHJ-open"],
     ];
     for args in small {
         let mut all = args.to_vec();
@@ -527,4 +533,65 @@ fn every_subcommand_runs_on_small_sizes() {
     }
     // Sizes varied within one run: gather plots them.
     assert!(d.join("gather.svg").exists());
+}
+
+#[test]
+fn sequence_runs_both_foreign_key_materializations() {
+    let d = dir("sequence");
+    let o = jb(
+        &d,
+        &[
+            "sequence",
+            "--s",
+            "2^11",
+            "--dims",
+            "2",
+            "--match-ratio",
+            "0.8,0.4",
+            "--algorithm",
+            "SMJ-UM,PHJ-OM",
+            "--key-bits",
+            "64",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("sequence:") && out.contains("j2 ms"), "{out}");
+    let rows = json_rows(&d, "sequence");
+    assert_eq!(rows.len(), 4);
+    let fks: Vec<&str> = rows.iter().map(|r| r["fk"].as_str().unwrap()).collect();
+    assert_eq!(fks, ["just-before", "up-front", "just-before", "up-front"]);
+    // Every algorithm and materialization returns the same rows, about |S| · 0.8 · 0.4.
+    let n = rows[0]["out rows"].as_u64().unwrap();
+    assert!((400..900).contains(&n), "{n} output rows");
+    for r in &rows {
+        assert_eq!(r["out rows"], n, "{r}");
+        assert_eq!(r["s"], 2048);
+        assert_eq!(r["r"], 1024);
+        assert_eq!(r["j1 rows in"], 2048);
+        assert_eq!(r["j2 rows in"], r["j1 rows out"]);
+        assert_eq!(r["j2 rows out"], n);
+        for field in [
+            "total ms",
+            "fk ms",
+            "join ms",
+            "j1 ms",
+            "j2 ms",
+            "M tuples/s",
+        ] {
+            assert!(r[field].as_f64().is_some(), "{field} missing in {r}");
+        }
+    }
+    fails(
+        &jb(
+            &d,
+            &["sequence", "--dims", "2", "--match-ratio", "0.1,0.2,0.3"],
+        ),
+        "--match-ratio: give one value or 2",
+    );
+    fails(&jb(&d, &["sequence", "--dims", "0"]), "--dims");
 }

@@ -25,6 +25,10 @@
 //! the chunked joins ([`join_columns_chunked`], [`join_rows_chunked`]: a non-partitioned hash
 //! join, built and counted once) yield it instead in pieces that each fit the budget.
 //!
+//! Sequences of joins ([`join_sequence`], Wu et al. §5.2.7): a fact table joined with `k`
+//! dimension tables, each foreign-key column materialized just before its join (or, as the
+//! baseline, all up front), payloads gathered once at the end from the composed gather maps.
+//!
 //! ```
 //! use joinkit::{JoinKind, JoinOptions, join_rows};
 //! use joinkit_cuda::{Backend, CpuBackend};
@@ -47,6 +51,7 @@ mod flags;
 mod join;
 mod phj;
 pub mod reference;
+mod sequence;
 mod spec;
 mod stats;
 
@@ -59,5 +64,9 @@ pub use copart::{
 pub use flags::MatchFlags;
 pub use join::{JoinBackend, Materialized, RowPairs, Table, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
+pub use sequence::{
+    ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,
+    SequenceStep, join_sequence,
+};
 pub use spec::{Algorithm, JoinKind, JoinOptions, NULL_ROW};
 pub use stats::JoinStats;
