@@ -150,6 +150,15 @@ fn row<B: HashTables + RandomAccessFloors, K: Key>(
 
     let tb = time(b, runs, || b.build_table(keys, config).map(drop))?;
     let table = b.build_table(keys, config)?;
+    // The build's clearing of its slots (or chain heads), timed alone as the same fill, so the
+    // inserts can be compared with insert-only figures such as cuCollections'.
+    let tc = if config.kind() == TableKind::Chained {
+        let mut heads = b.alloc::<u32>(table.capacity())?;
+        time(b, runs, || b.fill(&mut heads, u32::MAX))?
+    } else {
+        let mut slots = b.alloc::<u64>(table.table_bytes() / 8)?;
+        time(b, runs, || b.fill(&mut slots, u64::MAX))?
+    };
     let tf = time(b, runs, || b.find(&table, probe).map(drop))?;
     let tr = time(b, runs, || b.probe_pairs(&table, probe).map(drop))?;
     let (build, find, pairs) = (
@@ -183,6 +192,11 @@ fn row<B: HashTables + RandomAccessFloors, K: Key>(
             .with("probe rows", probes)
             .with("build G/s", build)
             .with("build/floor", build / wr_floor)
+            .with("clear ms", tc.median_ms)
+            .with(
+                "build-clear G/s",
+                rate(n, (tb.median_ms - tc.median_ms).max(1e-6)),
+            )
             .with("find G/s", find)
             .with("find/floor", find / rd_floor)
             .with("cnt+ret G/s", pairs)

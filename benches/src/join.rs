@@ -56,7 +56,7 @@ pub(crate) struct JoinArgs {
     /// Join kind: inner, left-semi, left-anti or left-outer.
     #[arg(long, default_value = "inner", value_parser = parse_kind)]
     kind: JoinKind,
-    /// Algorithms by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, auto), comma separated;
+    /// Algorithms by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, PHJ-UM, PHJ-OM, auto), comma separated;
     /// default: all for a workload, auto for files (which take one).
     #[arg(long, value_delimiter = ',')]
     algorithm: Vec<String>,
@@ -204,6 +204,7 @@ fn with_stats(row: Row, st: &JoinStats) -> Row {
     row.with("algorithm", st.algorithm.name())
         .with("kind", kind_name(st.kind))
         .with("total ms", st.total_ms())
+        .with("plan ms", st.phase_ms("plan"))
         .with("transform ms", st.phase_ms("transform"))
         .with("match ms", st.phase_ms("match"))
         .with("materialize ms", st.phase_ms("materialize"))

@@ -166,8 +166,17 @@ fn resolve<B: JoinBackend, K: Key>(
     if right.len().saturating_mul(16) <= params.cached_table_bytes {
         return Ok((Algorithm::NphjOpen, None));
     }
+    // The match ratio costs a read of the right keys; the tree looks at it for wide joins only.
+    let match_ratio = payload_bytes.0 + payload_bytes.1 >= params.wide_payload_bytes;
     let sampled = ph.run("plan", || {
-        sample_stats(b, left, right, payload_bytes.0, payload_bytes.1)
+        sample_stats(
+            b,
+            left,
+            right,
+            payload_bytes.0,
+            payload_bytes.1,
+            match_ratio,
+        )
     })?;
     Ok((choose(&sampled, &params), Some(sampled)))
 }
