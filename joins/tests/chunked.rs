@@ -449,11 +449,7 @@ fn bad_input<B: JoinBackend>(b: &B) {
 
 #[test]
 fn bad_input_is_a_typed_error() {
-    bad_input(&CpuBackend::new());
-    #[cfg(feature = "cuda")]
-    if let Some(g) = gpu("bad_input_is_a_typed_error") {
-        bad_input(&g);
-    }
+    on_cpu_and_gpu!("bad_input_is_a_typed_error", bad_input);
 }
 
 /// An M:N join of 2^22 left rows in about a hundred chunks (and a few more of unmatched rows) per

@@ -151,11 +151,7 @@ fn bad_input<B: JoinBackend>(b: &B) {
 
 #[test]
 fn bad_input_is_a_typed_error() {
-    bad_input(&CpuBackend::new());
-    #[cfg(feature = "cuda")]
-    if let Some(g) = gpu("bad_input_is_a_typed_error") {
-        bad_input(&g);
-    }
+    on_cpu_and_gpu!("bad_input_is_a_typed_error", bad_input);
 }
 
 /// A paper-shaped workload at 2^22 ⋈ 2^23 on the GPU against the CPU backend.

@@ -14,20 +14,12 @@ use joinkit::{
 use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Element, each_column};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
-fn runner() -> TestRunner {
-    TestRunner::new(Config {
-        cases: 48,
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
+mod common;
 
 #[cfg(feature = "cuda")]
-fn gpu(test: &str) -> Option<joinkit_cuda::CudaBackend> {
-    joinkit_cuda::testing::cuda_or_skip(test)
-}
+use common::gpu;
+use common::runner;
 
 /// The shape of one generated sequence.
 #[derive(Debug, Clone)]
@@ -324,7 +316,7 @@ fn check_sequences<K: ColumnKey>(test: &str) {
     let gpu = gpu(test);
     #[cfg(not(feature = "cuda"))]
     let _ = test;
-    runner()
+    runner(48)
         .run(&cases(), |c| {
             let h = host::<K>(&c);
             let k = c.dim_rows.len();
@@ -463,11 +455,7 @@ fn bad_input<B: JoinBackend>(b: &B) {
 
 #[test]
 fn bad_input_is_a_typed_error() {
-    bad_input(&CpuBackend::new());
-    #[cfg(feature = "cuda")]
-    if let Some(g) = gpu("bad_input_is_a_typed_error") {
-        bad_input(&g);
-    }
+    on_cpu_and_gpu!("bad_input_is_a_typed_error", bad_input);
 }
 
 /// The paper's shape at 2^20 fact rows and 3 dimensions of 2^19 rows (match ratios 0.9, 0.6

@@ -23,6 +23,19 @@ pub fn gpu(test: &str) -> Option<joinkit_cuda::CudaBackend> {
     joinkit_cuda::testing::cuda_or_skip(test)
 }
 
+/// Runs `$check(&backend)` on the CPU backend, then on the GPU when there is one (`$test`
+/// names the test in the skip message).
+#[macro_export]
+macro_rules! on_cpu_and_gpu {
+    ($test:expr, $check:expr) => {{
+        $check(&joinkit::CpuBackend::new());
+        #[cfg(feature = "cuda")]
+        if let Some(g) = joinkit_cuda::testing::cuda_or_skip($test) {
+            $check(&g);
+        }
+    }};
+}
+
 /// Key columns with the shapes that break joins: few distinct keys (duplicates), random keys
 /// (mostly no match), all rows on one key, the extreme key values.
 pub fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
