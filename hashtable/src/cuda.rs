@@ -127,6 +127,10 @@ const RETRIEVE: Names = names!("retrieve");
 const CONTAINS: Names = names!("contains");
 const FIND: Names = names!("find");
 const MARK: Names = names!("mark");
+const MARK_FILTERED: Names = names!("mark_filtered");
+/// Most build rows for which `mark_matched` filters probes through a shared-memory bitmap
+/// (`mark_filtered` in kernels/hashtable.cu: 64 Ki bits, at most a quarter of them set).
+const FILTER_ROWS: usize = 1 << 14;
 
 /// The kernel of an operation for a table kind, probing and key width.
 fn kernel<K: Key>(
@@ -363,7 +367,29 @@ pub fn mark_matched<K: Key>(
     build_flags: &mut CudaViewMut<'_, u32>,
 ) -> Result<()> {
     Error::check_len("build flags vs build rows", build_flags.len(), table.rows())?;
-    launch_rowwise(backend, &MARK, table, probe, build_flags)
+    // A small table probed by many rows: probes go through a filter of the build keys first
+    // (each block builds it from the build keys, so the probes must outnumber them well).
+    let rows = table.rows();
+    if rows == 0 || rows > FILTER_ROWS || probe.len() / 64 < rows {
+        return launch_rowwise(backend, &MARK, table, probe, build_flags);
+    }
+    check_probe_rows(probe.len())?;
+    let f = kernel::<K>(backend, &MARK_FILTERED, table.kind, table.probing)?;
+    let raw = raw_table(table);
+    let (bp, pp, op) = (
+        ptr(backend, &table.keys.view()),
+        ptr(backend, probe),
+        ptr_mut(backend, build_flags),
+    );
+    let (nb, np) = (rows as u64, probe.len() as u64);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&raw).arg(&bp).arg(&nb).arg(&pp).arg(&np).arg(&op);
+    // SAFETY: `raw` describes the live table built from the `rows` keys of `table.keys`; the
+    // kernel reads those and n probe keys, and writes flags only at build rows, which
+    // `build_flags` holds (checked above).
+    unsafe { b.launch(backend.grid_stride_config(probe.len(), 256)) }
+        .map(|_| ())
+        .map_err(driver("launching a hash-table kernel"))
 }
 
 /// Reads the last element of a device view (synchronizes).

@@ -373,6 +373,57 @@ fn floors() {
     }
 }
 
+/// Small tables probed by many rows, which CUDA's `mark_matched` filters through a shared-memory
+/// bitmap of the build keys: every configuration and both key widths against the CPU twin,
+/// with duplicate build keys for the multi-match kinds and the sentinel key among them. GPU
+/// only.
+#[test]
+fn mark_small_tables_gpu() {
+    let Some(g) = gpu("mark_small_tables_gpu") else {
+        return;
+    };
+    mark_small_on::<u32>(&g);
+    mark_small_on::<u64>(&g);
+}
+
+fn mark_small_on<K: Key>(g: &impl HashTables) {
+    let cpu = CpuBackend::new();
+    for rows in [1usize, 37, 3000] {
+        for config in configs() {
+            let unique = config.kind() == TableKind::KeyValue;
+            let build: Vec<K> = (0..rows as u64)
+                .map(|i| match i {
+                    0 => K::MAX,
+                    _ if unique => K::from_u64(i * 7),
+                    _ => K::from_u64((i % 500) * 7),
+                })
+                .collect();
+            // About a third of the probes hit (keys are multiples of 7), the rest miss.
+            let probe: Vec<K> = (0..(1u64 << 18))
+                .map(|j| K::from_u64(joinkit_cuda::hash::hash64(j, 3) % (rows as u64 * 21)))
+                .chain([K::MAX])
+                .collect();
+            let want = marks(&cpu, &build, &probe, &config);
+            assert!(want.contains(&1), "{config:?}: some rows match");
+            assert_eq!(
+                marks(g, &build, &probe, &config),
+                want,
+                "{config:?}, {rows} rows"
+            );
+        }
+    }
+}
+
+/// `mark_matched` flags of `build`'s rows probed by `probe`.
+fn marks<B: HashTables, K: Key>(b: &B, build: &[K], probe: &[K], config: &TableConfig) -> Vec<u32> {
+    let (kb, pb) = (b.upload(build).unwrap(), b.upload(probe).unwrap());
+    let table = b.build_table(&kb, config).unwrap();
+    let mut flags = b.alloc::<u32>(build.len()).unwrap();
+    b.fill(&mut flags, 0).unwrap();
+    b.mark_matched(&table, &pb, &mut flags).unwrap();
+    b.download(&flags).unwrap()
+}
+
 /// One large deterministic run per table kind, on the GPU only: 2^24 unique build keys (a
 /// bijection of the row id, MAX included), 2^24 probes with every other one a hit, and a
 /// duplicate-key build with multiplicity 4 for the multi-match kinds.
