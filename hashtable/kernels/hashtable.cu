@@ -217,14 +217,18 @@ __device__ void find(const RawTable& raw, const K* probe, uint64_t n, uint32_t* 
 
 // flags[b] = 1 for every build row b matched by some probe row (others untouched).
 template <typename Table, typename K>
+__device__ __forceinline__ void mark_key(const Table& table, K key, uint32_t* flags) {
+  table.for_each_match(key, [&](uint32_t row) {
+    if (flags[row] == 0) flags[row] = 1;  // every writer stores the same value
+    return true;
+  });
+}
+
+template <typename Table, typename K>
 __device__ void mark(const RawTable& raw, const K* probe, uint64_t n, uint32_t* flags) {
   const Table table(raw);
-  for (uint64_t r = joinkit::global_thread_id(); r < n; r += joinkit::grid_stride()) {
-    table.for_each_match(probe[r], [&](uint32_t row) {
-      if (flags[row] == 0) flags[row] = 1;  // every writer stores the same value
-      return true;
-    });
-  }
+  for (uint64_t r = joinkit::global_thread_id(); r < n; r += joinkit::grid_stride())
+    mark_key(table, probe[r], flags);
 }
 
 // `mark` for small tables probed by many rows (Auto's sample of the left keys against every
@@ -257,11 +261,7 @@ __device__ void mark_filtered(const RawTable& raw, const K* build, uint64_t rows
   for (uint64_t r = joinkit::global_thread_id(); r < n; r += joinkit::grid_stride()) {
     const K key = probe[r];
     const uint32_t bit = filter_bit(key, raw.seed);
-    if ((filter[bit >> 5] >> (bit & 31) & 1u) == 0) continue;
-    table.for_each_match(key, [&](uint32_t row) {
-      if (flags[row] == 0) flags[row] = 1;  // every writer stores the same value
-      return true;
-    });
+    if ((filter[bit >> 5] >> (bit & 31) & 1u) != 0) mark_key(table, key, flags);
   }
 }
 

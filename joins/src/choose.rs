@@ -78,12 +78,23 @@ impl ChoiceParams {
             skew_share: 0.01,
         }
     }
+
+    /// Whether the global hash table of a build side of `right_rows` (16 bytes a row at load
+    /// 0.5) stays in the cache.
+    pub fn table_is_cached(&self, right_rows: usize) -> bool {
+        right_rows.saturating_mul(16) <= self.cached_table_bytes
+    }
+
+    /// Whether an output row carrying `payload_bytes` (both sides) counts as wide.
+    pub fn is_wide(&self, payload_bytes: usize) -> bool {
+        payload_bytes >= self.wide_payload_bytes
+    }
 }
 
 /// The algorithm the decision tree picks for `stats` (never [`Algorithm::Auto`]); see the
 /// module docs for the tree.
 pub fn choose(stats: &JoinInputStats, params: &ChoiceParams) -> Algorithm {
-    if stats.right_rows.saturating_mul(16) <= params.cached_table_bytes {
+    if params.table_is_cached(stats.right_rows) {
         return Algorithm::NphjOpen;
     }
     if stats.left_top_key_share >= params.skew_share
@@ -91,11 +102,11 @@ pub fn choose(stats: &JoinInputStats, params: &ChoiceParams) -> Algorithm {
     {
         return Algorithm::SmjOm;
     }
-    let payload = stats.left_payload_bytes + stats.right_payload_bytes;
+    let wide = params.is_wide(stats.left_payload_bytes + stats.right_payload_bytes);
     let few_matches = stats
         .match_ratio
         .is_some_and(|r| r < params.gfur_match_ratio);
-    if payload >= params.wide_payload_bytes && few_matches {
+    if wide && few_matches {
         return Algorithm::PhjUm;
     }
     Algorithm::PhjOm

@@ -23,7 +23,7 @@ use joinkit_hashtable::{HashTable, Matches};
 use joinkit_primitives::Bounds;
 
 use crate::join::{
-    Phases, build_right_table, check_rows, filled, gather_columns, probe_left, stats,
+    Phases, build_right_table, check_rows, filled, gather_columns, probe_left, row_bytes, stats,
 };
 use crate::{
     Algorithm, JoinBackend, JoinKind, JoinOptions, JoinStats, Materialized, NULL_ROW, RowPairs,
@@ -57,7 +57,7 @@ impl Budget {
         left: &[Column<B>],
         right: &[Column<B>],
     ) -> Self {
-        let widths = |cols: &[Column<B>]| cols.iter().map(|c| c.width() as u64).sum::<u64>();
+        let widths = |cols: &[Column<B>]| row_bytes(cols) as u64;
         let right_bytes = match opts.kind {
             JoinKind::Inner => widths(right),
             JoinKind::LeftOuter => widths(right) + 4,

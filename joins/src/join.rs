@@ -163,11 +163,11 @@ fn resolve<B: JoinBackend, K: Key>(
         return Ok((opts.algorithm, None));
     }
     let params = ChoiceParams::for_backend(b);
-    if right.len().saturating_mul(16) <= params.cached_table_bytes {
+    if params.table_is_cached(right.len()) {
         return Ok((Algorithm::NphjOpen, None));
     }
     // The match ratio costs a read of the right keys; the tree looks at it for wide joins only.
-    let match_ratio = payload_bytes.0 + payload_bytes.1 >= params.wide_payload_bytes;
+    let match_ratio = params.is_wide(payload_bytes.0 + payload_bytes.1);
     let sampled = ph.run("plan", || {
         sample_stats(
             b,
@@ -182,7 +182,7 @@ fn resolve<B: JoinBackend, K: Key>(
 }
 
 /// Bytes per row of a table's payload columns.
-fn row_bytes<B: Backend>(cols: &[Column<B>]) -> usize {
+pub(crate) fn row_bytes<B: Backend>(cols: &[Column<B>]) -> usize {
     cols.iter().map(Column::width).sum()
 }
 

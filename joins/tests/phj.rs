@@ -11,15 +11,10 @@ use joinkit::{
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
-fn runner() -> TestRunner {
-    TestRunner::new(Config {
-        cases: 48,
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
+mod common;
+
+use common::runner;
 
 /// Key columns with the shapes that break partitioned joins: few distinct keys (hot keys far
 /// above a piece), multiples of a power of two (one raw-bit partition), extremes.
@@ -50,7 +45,7 @@ fn pairs<K: Key>(l: &[K], r: &[K], opts: &JoinOptions) -> Result<Vec<(u32, u32)>
 
 fn check<K: Key + Arbitrary>() {
     set_cpu_phj_limits(4, 8).unwrap();
-    runner()
+    runner(48)
         .run(
             &(keys::<K>(), keys::<K>(), 2usize..6, 1usize..12),
             |(l, r, cap, chunk)| {
