@@ -2,6 +2,8 @@
 //! outputs and scratch per call, and the view-level entry with reused buffers) against CUB
 //! called directly through raw `cub-sys` on the same keys.
 
+use std::ops::Range;
+
 use clap::Args;
 use joinkit_cuda::{Backend, Device, DeviceKind, Error, Key, Result, with_backend};
 use joinkit_primitives::Sort;
@@ -20,6 +22,26 @@ pub(crate) struct SortArgs {
     /// Key widths in bytes (4, 8); values are 4-byte row ids.
     #[arg(long, value_delimiter = ',', default_value = "4,8")]
     key_widths: Vec<u32>,
+    /// Key bits to sort by, as `lo..hi` (default: the whole key); `0..8` times one stable 8-bit
+    /// partition pass.
+    #[arg(long, value_parser = parse_bits)]
+    bits: Option<Range<u32>>,
+}
+
+fn parse_bits(s: &str) -> std::result::Result<Range<u32>, String> {
+    let (lo, hi) = s
+        .split_once("..")
+        .ok_or_else(|| format!("bits are written lo..hi, not {s:?}"))?;
+    let num = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("bits {s:?}: {e}"))
+    };
+    let (lo, hi) = (num(lo)?, num(hi)?);
+    if lo >= hi {
+        return Err(format!("bits {s:?}: an empty range"));
+    }
+    Ok(lo..hi)
 }
 
 /// The plot of sort: M keys/s against the size, a line per implementation and key width.
@@ -42,17 +64,20 @@ fn sweep<B: Sort>(b: &B, args: &SortArgs, device: &Device, ctx: &mut Ctx) -> Res
     let t = ctx.runs(10);
     for n in sizes {
         for &w in &args.key_widths {
+            let bits = args.bits.clone().unwrap_or(0..w * 8);
+            Error::check_bits(&bits, w * 8)?;
             let trait_ms = match w {
-                4 => trait_sort::<B, u32>(b, n, t)?,
-                8 => trait_sort::<B, u64>(b, n, t)?,
+                4 => trait_sort::<B, u32>(b, n, bits.clone(), t)?,
+                8 => trait_sort::<B, u64>(b, n, bits.clone(), t)?,
                 _ => return Err(Error::InvalidArgument("key widths are 4 or 8 bytes".into())),
             };
-            let (view_ms, cub_ms) = direct(device, w, n, t)?;
+            let (view_ms, cub_ms) = direct(device, w, n, bits.clone(), t)?;
             let rate = |ms: f64| n as f64 / (ms * 1e-3) / 1e6;
             ctx.report.row(
                 Row::new("sort")
                     .with("key B", w)
                     .with("n", n)
+                    .with("bits", format!("{}..{}", bits.start, bits.end))
                     .with("trait M/s", rate(trait_ms))
                     .with_opt("view M/s", view_ms.map(rate))
                     .with_opt("CUB M/s", cub_ms.map(rate))
@@ -71,33 +96,54 @@ fn inputs<B: Backend, K: Key>(b: &B, n: usize) -> Result<(B::Buf<K>, B::Buf<u32>
     Ok((keys, vals))
 }
 
-fn trait_sort<B: Sort, K: Key>(b: &B, n: usize, runs: Runs) -> Result<f64> {
+fn trait_sort<B: Sort, K: Key>(b: &B, n: usize, bits: Range<u32>, runs: Runs) -> Result<f64> {
     let (keys, vals) = inputs::<B, K>(b, n)?;
-    let t = time(b, runs, || b.sort_pairs(&keys, &vals, 0..K::BITS).map(drop))?;
+    let t = time(b, runs, || {
+        b.sort_pairs(&keys, &vals, bits.clone()).map(drop)
+    })?;
     Ok(t.median_ms)
 }
 
 /// View-level joinkit and raw CUB on the GPU (None, None on the CPU).
 #[cfg(feature = "cuda")]
-fn direct(device: &Device, w: u32, n: usize, runs: Runs) -> Result<(Option<f64>, Option<f64>)> {
+fn direct(
+    device: &Device,
+    w: u32,
+    n: usize,
+    bits: Range<u32>,
+    runs: Runs,
+) -> Result<(Option<f64>, Option<f64>)> {
     let Device::Cuda(g) = device else {
         return Ok((None, None));
     };
     let (v, c) = if w == 4 {
-        (view_sort::<u32>(g, n, runs)?, cub_sort::<u32>(g, n, runs)?)
+        let v = view_sort::<u32>(g, n, bits.clone(), runs)?;
+        (v, cub_sort::<u32>(g, n, bits, runs)?)
     } else {
-        (view_sort::<u64>(g, n, runs)?, cub_sort::<u64>(g, n, runs)?)
+        let v = view_sort::<u64>(g, n, bits.clone(), runs)?;
+        (v, cub_sort::<u64>(g, n, bits, runs)?)
     };
     Ok((Some(v), Some(c)))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn direct(_: &Device, _: u32, _: usize, _: Runs) -> Result<(Option<f64>, Option<f64>)> {
+fn direct(
+    _: &Device,
+    _: u32,
+    _: usize,
+    _: Range<u32>,
+    _: Runs,
+) -> Result<(Option<f64>, Option<f64>)> {
     Ok((None, None))
 }
 
 #[cfg(feature = "cuda")]
-fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Result<f64> {
+fn view_sort<K: Key>(
+    g: &joinkit_cuda::CudaBackend,
+    n: usize,
+    bits: Range<u32>,
+    runs: Runs,
+) -> Result<f64> {
     let (keys, vals) = inputs::<_, K>(g, n)?;
     let (mut ko, mut vo) = (g.alloc::<K>(n)?, g.alloc::<u32>(n)?);
     let mut scratch = joinkit_cuda::Scratch::new();
@@ -108,7 +154,7 @@ fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Res
             &vals.view(),
             &mut ko.view_mut(),
             &mut vo.view_mut(),
-            0..K::BITS,
+            bits.clone(),
             &mut scratch,
         )
     })?;
@@ -117,7 +163,12 @@ fn view_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Res
 
 /// CUB `DeviceRadixSort::SortPairs` through raw `cub-sys`, temp storage allocated once.
 #[cfg(feature = "cuda")]
-fn cub_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Result<f64> {
+fn cub_sort<K: Key>(
+    g: &joinkit_cuda::CudaBackend,
+    n: usize,
+    bits: Range<u32>,
+    runs: Runs,
+) -> Result<f64> {
     use joinkit_primitives::cuda::cub_sys;
     let (keys, vals) = inputs::<_, K>(g, n)?;
     let (ko, vo) = (g.alloc::<K>(n)?, g.alloc::<u32>(n)?);
@@ -125,18 +176,18 @@ fn cub_sort<K: Key>(g: &joinkit_cuda::CudaBackend, n: usize, runs: Runs) -> Resu
     let s = g.stream().cu_stream() as cub_sys::cudaStream_t;
     let (ki, vi) = (keys.device_ptr(), vals.device_ptr());
     let (kp, vp) = (ko.device_ptr(), vo.device_ptr());
-    let bits = K::BITS as i32;
+    let (b0, b1) = (bits.start as i32, bits.end as i32);
     let call = |t: *mut std::ffi::c_void, bytes: *mut usize| {
         // SAFETY: keys/values in and out hold n elements of the named widths; `t` is null (a
         // size query) or `*bytes` bytes of device memory.
         unsafe {
             if K::BITS == 32 {
                 cub_sys::cubsys_sort_pairs_uint32_uint32(
-                    t, bytes, ki as _, kp as _, vi as _, vp as _, n as u64, 0, bits, s,
+                    t, bytes, ki as _, kp as _, vi as _, vp as _, n as u64, b0, b1, s,
                 )
             } else {
                 cub_sys::cubsys_sort_pairs_uint64_uint32(
-                    t, bytes, ki as _, kp as _, vi as _, vp as _, n as u64, 0, bits, s,
+                    t, bytes, ki as _, kp as _, vi as _, vp as _, n as u64, b0, b1, s,
                 )
             }
         }

@@ -571,14 +571,22 @@ __device__ void bucket_chain(const K* __restrict__ keys, K* pool_keys, uint64_t 
 }
 
 // offsets[x] for x in [0, fanout]: the first position whose digit is >= x, over keys sorted by
-// digit (bits [shift, shift + log2(mask + 1))). Each offset is written by exactly one position.
+// digit (bits [shift, shift + log2(mask + 1))); one binary search per offset, so the cost is
+// fanout * log2(n) reads, not a pass over the keys.
 template <typename K>
 __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t shift,
                                uint64_t mask, uint64_t* offsets, uint64_t fanout) {
-  for (uint64_t i = joinkit::global_thread_id(); i <= n; i += joinkit::grid_stride()) {
-    const uint64_t lo = i == 0 ? 0 : ((static_cast<uint64_t>(keys[i - 1]) >> shift) & mask) + 1;
-    const uint64_t hi = i == n ? fanout : (static_cast<uint64_t>(keys[i]) >> shift) & mask;
-    for (uint64_t x = lo; x <= hi; ++x) offsets[x] = i;
+  for (uint64_t x = joinkit::global_thread_id(); x <= fanout; x += joinkit::grid_stride()) {
+    uint64_t lo = 0, hi = n;
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (((static_cast<uint64_t>(keys[mid]) >> shift) & mask) < x) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    offsets[x] = lo;
   }
 }
 

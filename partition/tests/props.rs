@@ -106,7 +106,7 @@ fn host<B: Backend, K: Key>(b: &B, p: &Partitioned<B, K>) -> Host<K> {
     Host {
         keys: b.download(&p.keys).unwrap(),
         payloads: p.payloads.iter().map(|c| bits(b, c)).collect(),
-        row_ids: bits(b, p.row_ids.as_ref().unwrap()),
+        row_ids: p.row_ids.as_ref().map_or_else(Vec::new, |r| bits(b, r)),
         offsets: b.download(&p.offsets).unwrap(),
     }
 }
@@ -224,7 +224,7 @@ fn check_radix<K: Key + Arbitrary>(test: &str) {
                 prop_assert_eq!(&plain.keys, &got.keys);
                 #[cfg(feature = "cuda")]
                 if let Some(g) = &gpu {
-                    let dev = gpu_views::radix(g, &k, &pa, &pb, bits.clone(), ids);
+                    let dev = gpu_views::radix(g, &k, &pa, &pb, &[0, 1], bits.clone(), ids);
                     prop_assert_eq!(&dev, &got, "CUDA differs from the CPU twin");
                     let again = host(g, &gpu_owned_radix(g, &k, &pa, &pb, bits.clone(), ids));
                     prop_assert_eq!(&again, &got, "CUDA not deterministic across runs");
@@ -270,7 +270,7 @@ fn radix_widest_range_in_three_passes() {
         check_partition(&k, &pa, &pb, 1 << 24, part_of, &got, true).unwrap();
         #[cfg(feature = "cuda")]
         if let Some(g) = &gpu {
-            let dev = gpu_views::radix(g, &k, &pa, &pb, bits.clone(), RowIds::U32);
+            let dev = gpu_views::radix(g, &k, &pa, &pb, &[0, 1], bits.clone(), RowIds::U32);
             assert!(dev == got, "CUDA differs from the CPU twin on {bits:?}");
         }
     }
@@ -285,6 +285,59 @@ fn radix_u32() {
 #[test]
 fn radix_u64() {
     check_radix::<u64>("radix_u64");
+}
+
+/// Keys with at most one column (alone, with one 4- or 8-byte payload, or with 4- or 8-byte row
+/// ids) take CUDA's radix-sort path rather than the multi-column scatter: the same columns and
+/// offsets as the CPU twin, whose keys and row ids equal the naive stable reference.
+fn check_radix_one_column<K: Key + Arbitrary>(test: &str) {
+    let gpu = gpu(test);
+    let shapes: [(&[usize], RowIds); 5] = [
+        (&[], RowIds::None),
+        (&[0], RowIds::None),
+        (&[1], RowIds::None),
+        (&[], RowIds::U32),
+        (&[], RowIds::U64),
+    ];
+    runner()
+        .run(
+            &(keys::<K>(), radix_bits::<K>(), 0..shapes.len()),
+            |(k, bits, shape)| {
+                let (which, ids) = shapes[shape];
+                let (pa, pb) = payloads(k.len());
+                let cpu = CpuBackend::new();
+                let mut all = payload_cols(&cpu, &pa, &pb);
+                let cols: Vec<_> = which.iter().rev().map(|&i| all.remove(i)).collect();
+                let want = host(
+                    &cpu,
+                    &cpu.radix_partition(&k, &cols, bits.clone(), ids).unwrap(),
+                );
+                let (want_keys, want_rows) = naive_radix(&k, &bits);
+                prop_assert_eq!(&want.keys, &want_keys);
+                if ids != RowIds::None {
+                    prop_assert_eq!(&want.row_ids, &want_rows);
+                }
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let dev = gpu_views::radix(g, &k, &pa, &pb, which, bits.clone(), ids);
+                    prop_assert_eq!(&dev, &want, "CUDA differs from the CPU twin");
+                }
+                #[cfg(not(feature = "cuda"))]
+                let _ = &gpu;
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn radix_one_column_u32() {
+    check_radix_one_column::<u32>("radix_one_column_u32");
+}
+
+#[test]
+fn radix_one_column_u64() {
+    check_radix_one_column::<u64>("radix_one_column_u64");
 }
 
 fn check_hash<K: Key + Arbitrary>(test: &str) {
@@ -578,11 +631,14 @@ mod gpu_views {
         b
     }
 
+    /// Runs `call` on poisoned outputs with the payloads `which` (indices into `[pa, pb]`).
+    #[allow(clippy::too_many_arguments)]
     fn run<K: Key>(
         g: &CudaBackend,
         k: &[K],
         pa: &[u32],
         pb: &[i64],
+        which: &[usize],
         ids: RowIds,
         fanout: usize,
         call: impl FnOnce(
@@ -608,10 +664,11 @@ mod gpu_views {
         let mut off = poisoned::<u64>(g, fanout + 1);
         let mut scratch = Scratch::new();
         {
-            let pairs = [
-                (ColumnIn::from_buffer(&da), ColumnOut::from_buffer(&mut oa)),
-                (ColumnIn::from_buffer(&db), ColumnOut::from_buffer(&mut ob)),
+            let mut pairs = [
+                Some((ColumnIn::from_buffer(&da), ColumnOut::from_buffer(&mut oa))),
+                Some((ColumnIn::from_buffer(&db), ColumnOut::from_buffer(&mut ob))),
             ];
+            let pairs: Vec<_> = which.iter().filter_map(|&i| pairs[i].take()).collect();
             let id_out = match ids {
                 RowIds::U32 => Some(ColumnOut::from_buffer(&mut ids32)),
                 RowIds::U64 => Some(ColumnOut::from_buffer(&mut ids64)),
@@ -627,20 +684,21 @@ mod gpu_views {
             )
             .unwrap();
         }
+        let payloads: [Vec<u64>; 2] = [
+            g.download(&oa)
+                .unwrap()
+                .into_iter()
+                .map(Element::to_bits)
+                .collect(),
+            g.download(&ob)
+                .unwrap()
+                .into_iter()
+                .map(Element::to_bits)
+                .collect(),
+        ];
         Host {
             keys: g.download(&ok).unwrap(),
-            payloads: vec![
-                g.download(&oa)
-                    .unwrap()
-                    .into_iter()
-                    .map(Element::to_bits)
-                    .collect(),
-                g.download(&ob)
-                    .unwrap()
-                    .into_iter()
-                    .map(Element::to_bits)
-                    .collect(),
-            ],
+            payloads: which.iter().map(|&i| payloads[i].clone()).collect(),
             row_ids: match ids {
                 RowIds::U32 => g
                     .download(&ids32)
@@ -648,24 +706,34 @@ mod gpu_views {
                     .into_iter()
                     .map(u64::from)
                     .collect(),
-                _ => g.download(&ids64).unwrap(),
+                RowIds::U64 => g.download(&ids64).unwrap(),
+                RowIds::None => Vec::new(),
             },
             offsets: g.download(&off).unwrap(),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn radix<K: Key>(
         g: &CudaBackend,
         k: &[K],
         pa: &[u32],
         pb: &[i64],
+        which: &[usize],
         bits: Range<u32>,
         ids: RowIds,
     ) -> Host<K> {
         let fanout = 1usize << (bits.end - bits.start);
-        run(g, k, pa, pb, ids, fanout, |ki, ko, pairs, id, off, s| {
-            cuda::radix_partition(g, ki, ko, pairs, id, off, bits, s)
-        })
+        run(
+            g,
+            k,
+            pa,
+            pb,
+            which,
+            ids,
+            fanout,
+            |ki, ko, pairs, id, off, s| cuda::radix_partition(g, ki, ko, pairs, id, off, bits, s),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -678,9 +746,18 @@ mod gpu_views {
         seed: u32,
         ids: RowIds,
     ) -> Host<K> {
-        run(g, k, pa, pb, ids, fanout, |ki, ko, pairs, id, off, s| {
-            cuda::hash_partition(g, ki, ko, pairs, id, off, fanout, seed, s)
-        })
+        run(
+            g,
+            k,
+            pa,
+            pb,
+            &[0, 1],
+            ids,
+            fanout,
+            |ki, ko, pairs, id, off, s| {
+                cuda::hash_partition(g, ki, ko, pairs, id, off, fanout, seed, s)
+            },
+        )
     }
 }
 

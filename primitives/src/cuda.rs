@@ -676,8 +676,132 @@ fn ptr_mut<T>(backend: &CudaBackend, v: &mut impl DevicePtrMut<T>) -> u64 {
     v.device_ptr_mut(backend.stream()).0
 }
 
-fn bit_args(bits: &Range<u32>) -> (i32, i32) {
-    (bits.start as i32, bits.end as i32)
+/// A stable CUB radix sort (`DeviceRadixSort::SortPairs`, or `SortKeys` without values) at raw
+/// device addresses, for callers that carve their buffers out of their own scratch: the radix
+/// partition of `joinkit-partition` moves one column with it, since CUB's onesweep passes are
+/// faster than a multi-column scatter for a single column. Keys and values are 4 or 8 bytes
+/// wide and sort by their unsigned bits.
+#[derive(Clone, Debug)]
+pub struct RawRadixSort {
+    /// Key width in bytes (4 or 8).
+    pub key_bytes: usize,
+    /// Device address of the `n` input keys.
+    pub keys_in: u64,
+    /// Device address of the `n` output keys.
+    pub keys_out: u64,
+    /// Width in bytes (4 or 8), input address and output address of the values; `None` sorts
+    /// keys alone.
+    pub values: Option<(usize, u64, u64)>,
+    /// Rows.
+    pub n: usize,
+    /// The key bits to sort by.
+    pub bits: Range<u32>,
+}
+
+impl RawRadixSort {
+    /// Bytes of temporary device storage [`Self::run`] needs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for widths other than 4 and 8 bytes, [`Error::BitRange`] and
+    /// CUB errors.
+    pub fn temp_bytes(&self, backend: &CudaBackend) -> Result<usize> {
+        self.check()?;
+        backend.bind_to_thread()?;
+        let mut bytes = 0usize;
+        // SAFETY: a null temp pointer makes CUB only compute the size; nothing is accessed.
+        check(self.op(), unsafe {
+            self.call(std::ptr::null_mut(), &mut bytes, backend)
+        })?;
+        Ok(bytes)
+    }
+
+    /// Queues the sort on the backend's stream, with `temp_bytes` bytes of temporary storage
+    /// at `temp`.
+    ///
+    /// # Safety
+    /// The key and value addresses hold `n` elements of their widths, inputs and outputs do
+    /// not overlap, and `temp` holds at least [`Self::temp_bytes`] bytes, none of them in use
+    /// by other queued work.
+    ///
+    /// # Errors
+    /// As [`Self::temp_bytes`].
+    pub unsafe fn run(&self, backend: &CudaBackend, temp: u64, temp_bytes: usize) -> Result<()> {
+        self.check()?;
+        backend.bind_to_thread()?;
+        let mut bytes = temp_bytes;
+        // SAFETY: the caller's contract above.
+        check(self.op(), unsafe {
+            self.call(temp as *mut c_void, &mut bytes, backend)
+        })
+    }
+
+    /// Queues the sort with its temporary storage taken from `scratch`.
+    ///
+    /// # Safety
+    /// As [`Self::run`], without the condition on `temp`.
+    ///
+    /// # Errors
+    /// As [`Self::temp_bytes`], and allocation errors.
+    pub unsafe fn run_with(&self, backend: &CudaBackend, scratch: &mut Scratch) -> Result<()> {
+        let bytes = self.temp_bytes(backend)?;
+        let temp = scratch.reserve(backend, bytes)?;
+        // SAFETY: the caller's contract, and `temp` holds `bytes` bytes of this scratch.
+        unsafe { self.run(backend, temp, bytes) }
+    }
+
+    fn check(&self) -> Result<()> {
+        let width = |w: usize| {
+            if w == 4 || w == 8 {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument(format!(
+                    "radix sort of {w}-byte elements: 4 or 8 bytes"
+                )))
+            }
+        };
+        width(self.key_bytes)?;
+        if let Some((w, _, _)) = self.values {
+            width(w)?;
+        }
+        Error::check_bits(&self.bits, self.key_bytes as u32 * 8)
+    }
+
+    fn op(&self) -> &'static str {
+        if self.values.is_some() {
+            "radix sort pairs"
+        } else {
+            "radix sort keys"
+        }
+    }
+
+    /// One CUB call (a size query when `t` is null).
+    ///
+    /// # Safety
+    /// As [`Self::run`] when `t` is not null.
+    unsafe fn call(&self, t: *mut c_void, b: *mut usize, backend: &CudaBackend) -> cubsys_status {
+        let (b0, b1) = (self.bits.start as i32, self.bits.end as i32);
+        let (ki, ko, n, s) = (self.keys_in, self.keys_out, self.n as u64, stream(backend));
+        // SAFETY: forwarded from the caller; widths were checked, so each call names the
+        // element types the addresses hold.
+        unsafe {
+            match (self.key_bytes, self.values) {
+                (4, None) => cub_sys::cubsys_sort_keys_uint32(t, b, ki as _, ko as _, n, b0, b1, s),
+                (_, None) => cub_sys::cubsys_sort_keys_uint64(t, b, ki as _, ko as _, n, b0, b1, s),
+                (4, Some((4, vi, vo))) => cub_sys::cubsys_sort_pairs_uint32_uint32(
+                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
+                ),
+                (4, Some((_, vi, vo))) => cub_sys::cubsys_sort_pairs_uint32_uint64(
+                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
+                ),
+                (_, Some((4, vi, vo))) => cub_sys::cubsys_sort_pairs_uint64_uint32(
+                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
+                ),
+                (_, Some((_, vi, vo))) => cub_sys::cubsys_sort_pairs_uint64_uint64(
+                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
+                ),
+            }
+        }
+    }
 }
 
 /// Stable radix sort of pairs by key bits `bits` (CUB `DeviceRadixSort::SortPairs`).
@@ -697,32 +821,21 @@ pub fn sort_pairs<K: Key, V: Element>(
     Error::check_len("sort_pairs keys vs values", n, values_in.len())?;
     Error::check_len("sort_pairs keys in vs out", n, keys_out.len())?;
     Error::check_len("sort_pairs values in vs out", n, values_out.len())?;
-    Error::check_bits(&bits, K::BITS)?;
-    let (b0, b1) = bit_args(&bits);
-    let (ki, vi) = (ptr(backend, keys_in), ptr(backend, values_in));
-    let (ko, vo) = (ptr_mut(backend, keys_out), ptr_mut(backend, values_out));
-    let s = stream(backend);
-    let n = n as u64;
-    with_temp(backend, scratch, "radix sort pairs", |t, b| {
-        // SAFETY: the views hold n elements each (checked above) of the widths named by the
-        // function; 4- and 8-byte elements of any signedness sort by their unsigned bits.
-        unsafe {
-            match (K::BITS, V::BITS) {
-                (32, 32) => cub_sys::cubsys_sort_pairs_uint32_uint32(
-                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
-                ),
-                (32, _) => cub_sys::cubsys_sort_pairs_uint32_uint64(
-                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
-                ),
-                (_, 32) => cub_sys::cubsys_sort_pairs_uint64_uint32(
-                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
-                ),
-                _ => cub_sys::cubsys_sort_pairs_uint64_uint64(
-                    t, b, ki as _, ko as _, vi as _, vo as _, n, b0, b1, s,
-                ),
-            }
-        }
-    })
+    let sort = RawRadixSort {
+        key_bytes: size_of::<K>(),
+        keys_in: ptr(backend, keys_in),
+        keys_out: ptr_mut(backend, keys_out),
+        values: Some((
+            size_of::<V>(),
+            ptr(backend, values_in),
+            ptr_mut(backend, values_out),
+        )),
+        n,
+        bits,
+    };
+    // SAFETY: the views hold n elements each (checked above) of the widths given; 4- and
+    // 8-byte elements of any signedness sort by their unsigned bits.
+    unsafe { sort.run_with(backend, scratch) }
 }
 
 /// Stable radix sort of keys by bits `bits` (CUB `DeviceRadixSort::SortKeys`).
@@ -737,20 +850,16 @@ pub fn sort_keys<K: Key>(
     scratch: &mut Scratch,
 ) -> Result<()> {
     Error::check_len("sort_keys in vs out", keys_in.len(), keys_out.len())?;
-    Error::check_bits(&bits, K::BITS)?;
-    let (b0, b1) = bit_args(&bits);
-    let (ki, ko) = (ptr(backend, keys_in), ptr_mut(backend, keys_out));
-    let (s, n) = (stream(backend), keys_in.len() as u64);
-    with_temp(backend, scratch, "radix sort keys", |t, b| {
-        // SAFETY: both views hold n keys of the width named by the function.
-        unsafe {
-            if K::BITS == 32 {
-                cub_sys::cubsys_sort_keys_uint32(t, b, ki as _, ko as _, n, b0, b1, s)
-            } else {
-                cub_sys::cubsys_sort_keys_uint64(t, b, ki as _, ko as _, n, b0, b1, s)
-            }
-        }
-    })
+    let sort = RawRadixSort {
+        key_bytes: size_of::<K>(),
+        keys_in: ptr(backend, keys_in),
+        keys_out: ptr_mut(backend, keys_out),
+        values: None,
+        n: keys_in.len(),
+        bits,
+    };
+    // SAFETY: both views hold n keys of the width given.
+    unsafe { sort.run_with(backend, scratch) }
 }
 
 /// Exclusive prefix sum (CUB `DeviceScan::ExclusiveSum`); `output` may be the input's buffer.
