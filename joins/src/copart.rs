@@ -75,10 +75,10 @@ pub struct CoWant {
     /// outer joins); ids must be below `len`.
     pub flags_len: Option<usize>,
     /// The build side promises unique keys: a key twice in one build piece is
-    /// [`Error::DuplicateKey`] (`side: "build"`), raised before any pair is written; every
+    /// [`Error::DuplicateKey`] (`side: "build"`), returned instead of any pairs; every
     /// build piece is checked, also where its partition has no probe rows. Equal keys
-    /// in two pieces of one partition are not seen here: a caller whose build side has such
-    /// partitions (`max_per_partition > 1`) checks with a self-join count.
+    /// in two pieces of one partition are not seen reliably here: a caller whose build side
+    /// has such partitions (`max_per_partition > 1`) checks with a self-join count.
     pub unique_build: bool,
 }
 

@@ -3,7 +3,11 @@
 //! A join runs: items per partition (a kernel), a 64-bit scan and a read-back of the item
 //! count, the item-to-partition map (a kernel), the count pass, a scan of the per-item counts
 //! and a read-back of the total and the status word, then (for pairs) an exactly sized
-//! allocation and the write pass. Three synchronizations in all, each reading 8 bytes.
+//! allocation and the write pass. Three synchronizations in all, each reading 8 bytes. Pairs
+//! against a unique build side take one pass instead (`phj_join_*`: its outputs are allocated
+//! for one pair per probe row, then truncated to the count), which builds each table once;
+//! the order of those pairs is unspecified (each work item's run lands where an atomic
+//! reservation puts it).
 
 use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -62,11 +66,13 @@ struct CoParams {
     out_probe: u64,
     out_build: u64,
     status: u64,
+    out_cursor: u64,
+    out_capacity: u64,
     capacity: u32,
     unique_build: u32,
 }
 
-// SAFETY: a repr(C) struct of integers without padding (19 x 8 + 2 x 4 bytes), laid out as
+// SAFETY: a repr(C) struct of integers without padding (21 x 8 + 2 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
 
@@ -177,6 +183,44 @@ fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Re
         block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: smem as u32,
     })
+}
+
+/// The error a join kernel's status word reports (`kStatus*` bits), if any.
+fn check_status(status: u32, want: &CoWant) -> Result<()> {
+    // An overflow of the one-pass join's outputs means some probe row matched twice: equal
+    // build keys in two pieces.
+    if want.unique_build && status & (1 | 4) != 0 {
+        return Err(Error::DuplicateKey { side: "build" });
+    }
+    if status & 2 != 0 {
+        return Err(Error::IndexOutOfRange {
+            what: "co-partition probe id",
+            index: u64::from(u32::MAX),
+            len: want.flags_len.unwrap_or(0),
+        });
+    }
+    Ok(())
+}
+
+/// Launches one of the match kernels (`names`: its u32 and u64 key versions) over the items.
+///
+/// # Safety
+/// `params` names buffers as that kernel reads and writes them (see each call).
+unsafe fn launch_pass<K: Key>(
+    b: &CudaBackend,
+    names: [&'static str; 2],
+    params: &CoParams,
+    smem: usize,
+    what: &'static str,
+) -> Result<()> {
+    let f = b.function(&KERNELS, key_name::<K>(names[0], names[1]))?;
+    let cfg = join_config(b, &f, smem, params.n_items)?;
+    let mut args = b.stream().launch_builder(&f);
+    args.arg(params);
+    // SAFETY: the caller's contract.
+    unsafe { args.launch(cfg) }
+        .map(|_| ())
+        .map_err(driver(what))
 }
 
 impl CoPartitionJoin for CudaBackend {
@@ -421,8 +465,6 @@ impl CoPartitionJoin for CudaBackend {
             &[Arg::U64(iop), Arg::U64(f64_), Arg::U64(ipp)],
         )?;
 
-        // Count pass.
-        let counts = zeros::<u64>(self, items + 1)?;
         let status = zeros::<u32>(self, 1)?;
         let capacity = self.build_capacity::<K>();
         let smem = table_bytes(capacity, (K::BITS / 8) as usize);
@@ -441,39 +483,56 @@ impl CoPartitionJoin for CudaBackend {
             item_offsets: iop,
             item_part: ipp,
             n_items,
-            counts: counts.device_ptr(),
+            counts: 0,
             flags: flags.as_ref().map_or(0, |f| f.device_ptr()),
             flags_len: want.flags_len.unwrap_or(0) as u64,
             out_probe: 0,
             out_build: 0,
             status: status.device_ptr(),
+            out_cursor: 0,
+            out_capacity: 0,
             capacity: capacity as u32,
             unique_build: u32::from(want.unique_build),
         };
-        let f = self.function(&KERNELS, key_name::<K>("phj_count_u32", "phj_count_u64"))?;
-        let cfg = join_config(self, &f, smem, n_items)?;
-        let mut args = self.stream().launch_builder(&f);
-        args.arg(&params);
+        if want.pairs && want.unique_build {
+            // Every probe row matches at most once: one pass, into outputs of the probe rows.
+            let bound = usize::try_from(probe.pieces.rows)
+                .map_err(|_| Error::SizeOverflow("probe rows"))?;
+            let (mut out_p, mut out_b) = (self.alloc::<u32>(bound)?, self.alloc::<u32>(bound)?);
+            let cursor = zeros::<u64>(self, 1)?;
+            params.out_cursor = cursor.device_ptr();
+            params.out_capacity = bound as u64;
+            params.out_probe = out_p.device_ptr();
+            params.out_build = out_b.device_ptr();
+            let names = ["phj_join_u32", "phj_join_u64"];
+            // SAFETY: as the count pass below, plus the zeroed cursor; each item writes its
+            // pairs at the rows it reserved below `bound` (checked in the kernel, which flags
+            // an overflow instead of writing past it).
+            unsafe { launch_pass::<K>(self, names, &params, smem, "launching the PHJ match") }?;
+            let total = read_at(self, &cursor, 0)?;
+            check_status(read_at(self, &status, 0)?, &want)?;
+            let rows = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output"))?;
+            out_p.truncate(rows);
+            out_b.truncate(rows);
+            return Ok(CoJoined {
+                pairs: Some((out_p, out_b)),
+                flags,
+                total,
+            });
+        }
+        let counts = zeros::<u64>(self, items + 1)?;
+        params.counts = counts.device_ptr();
+        let names = ["phj_count_u32", "phj_count_u64"];
         // SAFETY: the count pass reads the pieces (built by this backend, inside their key and
         // id columns), the items (n_items of them, each naming an existing piece pair) and
         // writes n_items counts, flags below flags_len and the status word; the dynamic shared
         // memory holds a table of `capacity` rows, and build pieces are at most that long
         // (check_sides).
-        unsafe { args.launch(cfg) }.map_err(driver("launching the PHJ count pass"))?;
+        unsafe { launch_pass::<K>(self, names, &params, smem, "launching the PHJ count pass") }?;
         let offsets = self.exclusive_sum(&counts)?;
         drop(counts);
         let total = read_at(self, &offsets, items)?;
-        let st = read_at(self, &status, 0)?;
-        if want.unique_build && st & 1 != 0 {
-            return Err(Error::DuplicateKey { side: "build" });
-        }
-        if st & 2 != 0 {
-            return Err(Error::IndexOutOfRange {
-                what: "co-partition probe id",
-                index: u64::from(u32::MAX),
-                len: want.flags_len.unwrap_or(0),
-            });
-        }
+        check_status(read_at(self, &status, 0)?, &want)?;
         if !want.pairs {
             return Ok(CoJoined {
                 pairs: None,
@@ -490,14 +549,13 @@ impl CoPartitionJoin for CudaBackend {
             params.flags = 0;
             params.out_probe = out_p.device_ptr();
             params.out_build = out_b.device_ptr();
-            let f = self.function(&KERNELS, key_name::<K>("phj_write_u32", "phj_write_u64"))?;
-            let cfg = join_config(self, &f, smem, n_items)?;
-            let mut args = self.stream().launch_builder(&f);
-            args.arg(&params);
+            let names = ["phj_write_u32", "phj_write_u64"];
             // SAFETY: as the count pass; each item writes its pairs at its scanned offset, the
             // same number the count pass counted for it (the counts depend on the pieces' keys
             // only), so all writes fall inside the `total` rows of `out_p` and `out_b`.
-            unsafe { args.launch(cfg) }.map_err(driver("launching the PHJ write pass"))?;
+            unsafe {
+                launch_pass::<K>(self, names, &params, smem, "launching the PHJ write pass")
+            }?;
         }
         Ok(CoJoined {
             pairs: Some((out_p, out_b)),

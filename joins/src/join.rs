@@ -424,7 +424,9 @@ pub(crate) fn stats<B: Backend>(
 /// Joins two key columns and returns the output as row ids (gather maps), with statistics.
 ///
 /// Output order: inner pairs (and, for left outer joins, the unmatched left rows after them);
-/// within that, the order depends on the algorithm: compare outputs as multisets.
+/// within that, the order depends on the algorithm, and for the partitioned hash joins on
+/// CUDA with `right_unique` it may differ from run to run (work items reserve their output
+/// rows atomically): compare outputs as multisets.
 ///
 /// # Errors
 /// [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or more, or an output that does not fit

@@ -1,6 +1,7 @@
 //! Every algorithm × kind, on both backends, equals the naive reference as a multiset: random
 //! sizes including empty sides, duplicates on both sides, no matches, all rows on one key,
-//! extreme key values. Materialized payloads are checked against the reference's pairs.
+//! extreme key values; with the right side deduplicated, the same under `right_unique`.
+//! Materialized payloads are checked against the reference's pairs.
 
 mod common;
 
@@ -41,16 +42,31 @@ fn check_rows<K: Key + Arbitrary>(test: &str) {
     let _ = test;
     runner()
         .run(&(keys::<K>(), keys::<K>()), |(l, r)| {
-            for kind in JoinKind::ALL {
-                let want = join_pairs(&l, &r, kind);
-                for algorithm in Algorithm::CONCRETE.into_iter().chain([Algorithm::Auto]) {
-                    let opts = JoinOptions::new(kind).algorithm(algorithm);
-                    let got = pairs_of(&CpuBackend::new(), &l, &r, &opts).unwrap();
-                    prop_assert_eq!(&got, &want, "cpu {} {:?}", algorithm, kind);
-                    #[cfg(feature = "cuda")]
-                    if let Some(g) = &gpu {
-                        let got = pairs_of(g, &l, &r, &opts).unwrap();
-                        prop_assert_eq!(&got, &want, "cuda {} {:?}", algorithm, kind);
+            // The right side once as drawn, once deduplicated and promised unique (PK-FK: the
+            // partitioned joins' one-pass match on CUDA).
+            let mut seen = std::collections::HashSet::new();
+            let r_pk: Vec<K> = r.iter().copied().filter(|k| seen.insert(*k)).collect();
+            for (r, unique) in [(&r, false), (&r_pk, true)] {
+                for kind in JoinKind::ALL {
+                    let want = join_pairs(&l, r, kind);
+                    for algorithm in Algorithm::CONCRETE.into_iter().chain([Algorithm::Auto]) {
+                        let opts = JoinOptions::new(kind)
+                            .algorithm(algorithm)
+                            .right_unique(unique);
+                        let got = pairs_of(&CpuBackend::new(), &l, r, &opts).unwrap();
+                        prop_assert_eq!(&got, &want, "cpu {} {:?} {}", algorithm, kind, unique);
+                        #[cfg(feature = "cuda")]
+                        if let Some(g) = &gpu {
+                            let got = pairs_of(g, &l, r, &opts).unwrap();
+                            prop_assert_eq!(
+                                &got,
+                                &want,
+                                "cuda {} {:?} {}",
+                                algorithm,
+                                kind,
+                                unique
+                            );
+                        }
                     }
                 }
             }

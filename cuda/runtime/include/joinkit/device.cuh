@@ -26,6 +26,16 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;  // valid in lane 0
 }
 
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+  for (int d = kWarpSize / 2; d > 0; d /= 2) {
+    const T o = __shfl_down_sync(kFullMask, v, d);
+    v = o > v ? o : v;
+  }
+  return v;  // valid in lane 0
+}
+
 // Inclusive scan across the warp (Hillis-Steele over shuffles).
 template <typename T>
 __device__ __forceinline__ T warp_inclusive_scan(T v) {

@@ -44,6 +44,13 @@ impl<T: Element> DeviceBuffer<T> {
         self.len == 0
     }
 
+    /// Keeps the first `len` elements (no effect when `len` is not shorter); the allocation
+    /// stays as it was until the buffer is dropped. For outputs allocated at a bound and
+    /// filled to a count known only afterwards.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// A read-only view of the `len` elements.
     pub fn view(&self) -> CudaView<'_, T> {
         self.slice.slice(0..self.len)
