@@ -12,8 +12,9 @@
 //!    benchmarked cases has it, so it is not calibrated.)
 //! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
-//!    (4 B 2+2 wide: at match ratio 0.1 PHJ-UM 23.3 ms against PHJ-OM 32.4, at 0.3 28.1
-//!    against 33.5; at 0.5 PHJ-OM is within 7 % of the best, above it the best.)
+//!    (4 B 2+2 wide: at match ratio 0.1 PHJ-UM 14.9 ms against PHJ-OM 20.9; at 0.3 PHJ-OM
+//!    19.9 against 20.3, at 0.5 21.4 against 25.6: the crossover lies near 0.25. Before the
+//!    partition passes ran on CUB and the match took one pass, GFUR won up to 0.5.)
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
 //!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
 //!    and on the CPU.
@@ -74,7 +75,7 @@ impl ChoiceParams {
         Self {
             cached_table_bytes: b.cached_table_bytes().unwrap_or(0),
             wide_payload_bytes: 16,
-            gfur_match_ratio: 0.5,
+            gfur_match_ratio: 0.25,
             skew_share: 0.01,
         }
     }
