@@ -107,6 +107,9 @@ pub(crate) struct Matched<B: Backend, K: Key> {
     /// PHJ-OM in `join_columns`: how each side's payloads reach partitioned order (left,
     /// right).
     pub(crate) partitioned: Option<(PartitionedSide<B, K>, PartitionedSide<B, K>)>,
+    /// The pairs hold each side's only payload column's values, not ids
+    /// ([`crate::phj::Layout::Payloads`]).
+    pub(crate) payloads: bool,
 }
 
 /// Times phases and records them in order.
@@ -282,6 +285,7 @@ fn hash_match<B: JoinBackend, K: Key>(
             left_only,
             sorted: None,
             partitioned: None,
+            payloads: false,
         })
     })
 }
@@ -335,6 +339,7 @@ fn merge_match<B: JoinBackend, K: Key>(
             left_only,
             sorted: Some((lr, rr)),
             partitioned: None,
+            payloads: false,
         })
     })
 }
@@ -515,6 +520,8 @@ pub(crate) fn gather_columns<B: JoinBackend>(
 /// carries each side's first payload column through its radix partition and partitions every
 /// further column again with the keys, one at a time. So SMJ-OM holds at most one transformed
 /// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
+/// A PHJ-OM inner join with one `Column::U32` payload a side has its match write the carried
+/// payloads themselves, so nothing is gathered.
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
@@ -542,19 +549,27 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         &right.keys,
         (row_bytes(&left.payloads), right_payload_bytes),
     )?;
-    let layout = if algorithm == Algorithm::PhjOm {
-        Layout::Positions {
+    let layout = match (
+        algorithm,
+        opts.kind,
+        &left.payloads[..],
+        &right.payloads[..],
+    ) {
+        // Narrow: the match writes the payloads themselves.
+        (Algorithm::PhjOm, JoinKind::Inner, [l @ Column::U32(_)], [r @ Column::U32(_)]) => {
+            Layout::Payloads { left: l, right: r }
+        }
+        (Algorithm::PhjOm, ..) => Layout::Positions {
             left: left.payloads.first(),
             right: right
                 .payloads
                 .first()
                 .filter(|_| opts.kind.has_right_rows()),
-        }
-    } else {
-        Layout::RowIds
+        },
+        _ => Layout::RowIds,
     };
     let budget = Budget::columns(opts, &left.payloads, &right.payloads);
-    let m = run_match(
+    let mut m = run_match(
         b,
         &mut ph,
         algorithm,
@@ -564,6 +579,22 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         layout,
         &budget,
     )?;
+    if m.payloads {
+        let (l, r) = m
+            .pairs
+            .take()
+            .ok_or_else(|| Error::Corrupt("an inner join matched no pairs".into()))?;
+        let rows = l.len() as u64;
+        let result = Materialized {
+            left: vec![Column::U32(l)],
+            right: vec![Column::U32(r)],
+            right_valid: None,
+            rows,
+        };
+        let mut st = stats(b, algorithm, opts, left.len(), right.len(), rows, ph.phases);
+        st.sampled = sampled;
+        return Ok((result, st));
+    }
 
     // For one side's columns: the output rows' values of each column, with `ids` positions
     // (GFTR) or row ids (GFUR).

@@ -36,7 +36,7 @@
 use std::ops::Range;
 
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result};
-use joinkit_partition::{MAX_FANOUT, MAX_RADIX_BITS, Partitioner, RowIds};
+use joinkit_partition::{MAX_FANOUT, MAX_RADIX_BITS, Partitioned, Partitioner, RowIds};
 
 use crate::copart::{CoSide, CoWant, Pieces};
 use crate::join::{Matched, Phases};
@@ -52,6 +52,13 @@ pub(crate) enum Layout<'a, B: Backend> {
     Positions {
         left: Option<&'a Column<B>>,
         right: Option<&'a Column<B>>,
+    },
+    /// Each side's only payload column, both `Column::U32` (PHJ-OM's narrow inner join in
+    /// join_columns): carried through the partition as in `Positions`, then written by the
+    /// match in place of ids, so the pairs are the output columns and no gather follows.
+    Payloads {
+        left: &'a Column<B>,
+        right: &'a Column<B>,
     },
 }
 
@@ -118,13 +125,26 @@ type Pairs<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
 /// What a join keeps: pairs (inner, outer) and left rows (semi, anti, outer).
 type Selected<B> = (Option<Pairs<B>>, Option<<B as Backend>::Buf<u32>>);
 
-/// The u32 row ids a partition carried, if any.
-fn u32_ids<B: Backend>(ids: &Option<Column<B>>) -> Result<Option<&B::Buf<u32>>> {
+/// The u32 row ids a partition carried (or, for [`Layout::Payloads`], its u32 payload), if any.
+fn u32_ids<B: Backend>(ids: Option<&Column<B>>) -> Result<Option<&B::Buf<u32>>> {
     match ids {
         None => Ok(None),
         Some(Column::U32(ids)) => Ok(Some(ids)),
         Some(_) => Err(Error::Corrupt("row ids of another width".into())),
     }
+}
+
+/// What the match writes for a partitioned side: its row ids, its carried payload (with
+/// `payloads`), or, when it carried neither, its partitioned positions (`None`).
+fn match_ids<B: Backend, K: Key>(
+    p: &Partitioned<B, K>,
+    payloads: bool,
+) -> Result<Option<&B::Buf<u32>>> {
+    u32_ids(if payloads {
+        p.payloads.first()
+    } else {
+        p.row_ids.as_ref()
+    })
 }
 
 fn no_ids() -> Error {
@@ -188,7 +208,9 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
     let (row_ids, carry_l, carry_r) = match layout {
         Layout::RowIds => (RowIds::U32, None, None),
         Layout::Positions { left, right } => (RowIds::None, left, right),
+        Layout::Payloads { left, right } => (RowIds::None, Some(left), Some(right)),
     };
+    let payloads = matches!(layout, Layout::Payloads { .. });
     let part = |keys: &B::Buf<K>, carry: Option<&Column<B>>| {
         b.radix_partition(
             keys,
@@ -216,17 +238,17 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
         let probe = CoSide {
             keys: &pl.keys,
             pieces: &lp,
-            ids: u32_ids(&pl.row_ids)?,
+            ids: match_ids(&pl, payloads)?,
         };
         let build = CoSide {
             keys: &pr.keys,
             pieces: &rp,
-            ids: u32_ids(&pr.row_ids)?,
+            ids: match_ids(&pr, payloads)?,
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;
     let partitioned = match layout {
-        Layout::RowIds => None,
+        Layout::RowIds | Layout::Payloads { .. } => None,
         Layout::Positions { .. } => {
             let (mut pl, mut pr) = (pl, pr);
             let (ml, mr) = match mixed {
@@ -252,6 +274,7 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
         left_only,
         sorted: None,
         partitioned,
+        payloads,
     })
 }
 
@@ -296,12 +319,12 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
         let probe = CoSide {
             keys: &cl.keys,
             pieces: &lp,
-            ids: Some(u32_ids(&cl.row_ids)?.ok_or_else(no_ids)?),
+            ids: Some(u32_ids(cl.row_ids.as_ref())?.ok_or_else(no_ids)?),
         };
         let build = CoSide {
             keys: &cr.keys,
             pieces: &rp,
-            ids: Some(u32_ids(&cr.row_ids)?.ok_or_else(no_ids)?),
+            ids: Some(u32_ids(cr.row_ids.as_ref())?.ok_or_else(no_ids)?),
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;
@@ -310,6 +333,7 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
         left_only,
         sorted: None,
         partitioned: None,
+        payloads: false,
     })
 }
 

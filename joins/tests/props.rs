@@ -133,6 +133,84 @@ fn materialized_payloads_match_the_reference() {
         .unwrap();
 }
 
+/// A table with one u32 payload column, a function of the row index.
+fn narrow_table<B: JoinBackend>(b: &B, keys: &[u32], salt: u64) -> Table<B, u32> {
+    let p: Vec<u32> = (0..keys.len() as u64)
+        .map(|i| joinkit_cuda::hash::hash64(i, salt) as u32)
+        .collect();
+    Table::new(
+        b.upload(keys).unwrap(),
+        vec![Column::U32(b.upload(&p).unwrap())],
+    )
+    .unwrap()
+}
+
+/// The rows [`narrow_table`]s with salts 10 and 20 give for `kind`, as [`rows_of`] has them,
+/// sorted.
+fn narrow_expected(l: &[u32], r: &[u32], kind: JoinKind) -> Vec<Vec<u64>> {
+    let pay = |i: u32, salt| u64::from(joinkit_cuda::hash::hash64(u64::from(i), salt) as u32);
+    let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
+        .into_iter()
+        .map(
+            |(li, ri)| match (kind.has_right_rows(), ri == joinkit::NULL_ROW) {
+                (false, _) => vec![pay(li, 10), 1],
+                (true, true) => vec![pay(li, 10), 0, 0],
+                (true, false) => vec![pay(li, 10), pay(ri, 20), 1],
+            },
+        )
+        .collect();
+    rows.sort_unstable();
+    rows
+}
+
+/// One u32 payload a side: PHJ-OM's inner join writes the payloads in its match (no gather);
+/// every algorithm and kind, right keys as drawn and deduplicated under `right_unique`.
+#[test]
+fn narrow_payloads_match_the_reference() {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu("narrow_payloads_match_the_reference");
+    runner()
+        .run(&(keys::<u32>(), keys::<u32>()), |(l, r)| {
+            let mut seen = std::collections::HashSet::new();
+            let r_pk: Vec<u32> = r.iter().copied().filter(|k| seen.insert(*k)).collect();
+            for (r, unique) in [(&r, false), (&r_pk, true)] {
+                for kind in JoinKind::ALL {
+                    let want = narrow_expected(&l, r, kind);
+                    for algorithm in Algorithm::CONCRETE {
+                        let opts = JoinOptions::new(kind)
+                            .algorithm(algorithm)
+                            .right_unique(unique);
+                        let got = narrow_rows(&CpuBackend::new(), &l, r, &opts);
+                        prop_assert_eq!(&got, &want, "cpu {} {:?} {}", algorithm, kind, unique);
+                        #[cfg(feature = "cuda")]
+                        if let Some(g) = &gpu {
+                            let got = narrow_rows(g, &l, r, &opts);
+                            prop_assert_eq!(
+                                &got,
+                                &want,
+                                "cuda {} {:?} {}",
+                                algorithm,
+                                kind,
+                                unique
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+fn narrow_rows<B: JoinBackend>(b: &B, l: &[u32], r: &[u32], opts: &JoinOptions) -> Vec<Vec<u64>> {
+    let (out, stats) =
+        join_columns(b, &narrow_table(b, l, 10), &narrow_table(b, r, 20), opts).unwrap();
+    assert_eq!(stats.output_rows, out.rows);
+    let mut rows = rows_of(b, &out);
+    rows.sort_unstable();
+    rows
+}
+
 fn bad_input<B: JoinBackend>(b: &B) {
     // A PK side with a duplicate key, for every algorithm.
     let l = b.upload(&[1u32, 2, 3]).unwrap();
