@@ -15,6 +15,7 @@ use joinkit::{
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 fn runner() -> proptest::test_runner::TestRunner {
     common::runner(32)
@@ -35,42 +36,51 @@ fn pairs_of<B: JoinBackend, K: Key>(
     Ok(p)
 }
 
+/// Runs `check(right keys, kind, options)` for every kind and each of `algorithms`, with the
+/// right keys as drawn, then deduplicated and promised unique (PK-FK: the partitioned joins'
+/// one-pass match on CUDA).
+fn each_case<K: Key>(
+    r: &[K],
+    algorithms: &[Algorithm],
+    mut check: impl FnMut(&[K], JoinKind, JoinOptions) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut seen = std::collections::HashSet::new();
+    let r_pk: Vec<K> = r.iter().copied().filter(|k| seen.insert(*k)).collect();
+    for (r, unique) in [(r, false), (&r_pk[..], true)] {
+        for kind in JoinKind::ALL {
+            for &algorithm in algorithms {
+                let opts = JoinOptions::new(kind)
+                    .algorithm(algorithm)
+                    .right_unique(unique);
+                check(r, kind, opts)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_rows<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
     #[cfg(not(feature = "cuda"))]
     let _ = test;
+    let algorithms: Vec<Algorithm> = Algorithm::CONCRETE
+        .into_iter()
+        .chain([Algorithm::Auto])
+        .collect();
     runner()
         .run(&(keys::<K>(), keys::<K>()), |(l, r)| {
-            // The right side once as drawn, once deduplicated and promised unique (PK-FK: the
-            // partitioned joins' one-pass match on CUDA).
-            let mut seen = std::collections::HashSet::new();
-            let r_pk: Vec<K> = r.iter().copied().filter(|k| seen.insert(*k)).collect();
-            for (r, unique) in [(&r, false), (&r_pk, true)] {
-                for kind in JoinKind::ALL {
-                    let want = join_pairs(&l, r, kind);
-                    for algorithm in Algorithm::CONCRETE.into_iter().chain([Algorithm::Auto]) {
-                        let opts = JoinOptions::new(kind)
-                            .algorithm(algorithm)
-                            .right_unique(unique);
-                        let got = pairs_of(&CpuBackend::new(), &l, r, &opts).unwrap();
-                        prop_assert_eq!(&got, &want, "cpu {} {:?} {}", algorithm, kind, unique);
-                        #[cfg(feature = "cuda")]
-                        if let Some(g) = &gpu {
-                            let got = pairs_of(g, &l, r, &opts).unwrap();
-                            prop_assert_eq!(
-                                &got,
-                                &want,
-                                "cuda {} {:?} {}",
-                                algorithm,
-                                kind,
-                                unique
-                            );
-                        }
-                    }
+            each_case(&r, &algorithms, |r, kind, opts| {
+                let want = join_pairs(&l, r, kind);
+                let got = pairs_of(&CpuBackend::new(), &l, r, &opts).unwrap();
+                prop_assert_eq!(&got, &want, "cpu {:?}", opts);
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let got = pairs_of(g, &l, r, &opts).unwrap();
+                    prop_assert_eq!(&got, &want, "cuda {:?}", opts);
                 }
-            }
-            Ok(())
+                Ok(())
+            })
         })
         .unwrap();
 }
@@ -171,33 +181,16 @@ fn narrow_payloads_match_the_reference() {
     let gpu = gpu("narrow_payloads_match_the_reference");
     runner()
         .run(&(keys::<u32>(), keys::<u32>()), |(l, r)| {
-            let mut seen = std::collections::HashSet::new();
-            let r_pk: Vec<u32> = r.iter().copied().filter(|k| seen.insert(*k)).collect();
-            for (r, unique) in [(&r, false), (&r_pk, true)] {
-                for kind in JoinKind::ALL {
-                    let want = narrow_expected(&l, r, kind);
-                    for algorithm in Algorithm::CONCRETE {
-                        let opts = JoinOptions::new(kind)
-                            .algorithm(algorithm)
-                            .right_unique(unique);
-                        let got = narrow_rows(&CpuBackend::new(), &l, r, &opts);
-                        prop_assert_eq!(&got, &want, "cpu {} {:?} {}", algorithm, kind, unique);
-                        #[cfg(feature = "cuda")]
-                        if let Some(g) = &gpu {
-                            let got = narrow_rows(g, &l, r, &opts);
-                            prop_assert_eq!(
-                                &got,
-                                &want,
-                                "cuda {} {:?} {}",
-                                algorithm,
-                                kind,
-                                unique
-                            );
-                        }
-                    }
+            each_case(&r, &Algorithm::CONCRETE, |r, kind, opts| {
+                let want = narrow_expected(&l, r, kind);
+                let got = narrow_rows(&CpuBackend::new(), &l, r, &opts);
+                prop_assert_eq!(&got, &want, "cpu {:?}", opts);
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    prop_assert_eq!(&narrow_rows(g, &l, r, &opts), &want, "cuda {:?}", opts);
                 }
-            }
-            Ok(())
+                Ok(())
+            })
         })
         .unwrap();
 }
