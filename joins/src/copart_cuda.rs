@@ -22,17 +22,19 @@ use crate::copart::{
 
 static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 
-/// Threads per block of the match kernels, by key width. With 4-byte keys a block of 512
-/// threads at 32 registers lets the 4 tables an SM holds run 64 warps (H200, 2^27 ⋈ 2^28: match
-/// 3.35 ms against 5.0 with 256); with 8-byte keys 256 stays faster (4.5 against 5.1–5.8 ms).
-fn block_threads<K: Key>() -> u32 {
-    if K::BITS == 32 { 512 } else { 256 }
-}
+/// Threads per block of the match kernels: with 4 (4-byte keys) or 3 (8-byte keys) tables per
+/// SM, 512 threads keep 48–64 warps per SM resident (H200, 2^27 ⋈ 2^28: 4-byte match 3.35 ms
+/// against 5.0 with 256; 8-byte 4.6 against 6.3).
+const BLOCK: u32 = 512;
 
-/// Blocks of the join kernels meant to share an SM: the shared-memory table takes at most
-/// this fraction of the SM's shared memory (the rest of the occupancy hides the table's
-/// latency). To be calibrated on the GPU.
-const BLOCKS_PER_SM: usize = 4;
+/// Blocks of the join kernels meant to share an SM, by key width: a table takes at most this
+/// fraction of the SM's shared memory. Four for 4-byte keys gives 4096-row tables (56 KiB);
+/// three for 8-byte keys gives them 4096 rows too (72 KiB; four would halve them), so |R| =
+/// 2^27 needs 16 radix bits, two partition passes, not 17 and three (H200, PHJ-OM 2^27 ⋈ 2^28:
+/// 8 B narrow 22.8 -> 19.1 ms, 8 B wide 40.4 -> 32.9).
+fn blocks_per_sm<K: Key>() -> usize {
+    if K::BITS == 32 { 4 } else { 3 }
+}
 
 /// Shared memory the kernels declare statically (item, scan and reduction scratch), kept out
 /// of the table's budget.
@@ -224,7 +226,7 @@ unsafe fn launch_pass<K: Key>(
     what: &'static str,
 ) -> Result<()> {
     let f = b.function(&KERNELS, key_name::<K>(names[0], names[1]))?;
-    let cfg = join_config(b, &f, block_threads::<K>(), smem, params.n_items)?;
+    let cfg = join_config(b, &f, BLOCK, smem, params.n_items)?;
     let mut args = b.stream().launch_builder(&f);
     args.arg(params);
     // SAFETY: the caller's contract.
@@ -242,7 +244,7 @@ impl CoPartitionJoin for CudaBackend {
 
     fn build_capacity<K: Key>(&self) -> usize {
         let info = self.info();
-        let budget = (info.shared_per_sm as usize / BLOCKS_PER_SM)
+        let budget = (info.shared_per_sm as usize / blocks_per_sm::<K>())
             .min(info.max_shared_per_block_optin as usize)
             .saturating_sub(STATIC_SHARED);
         let key_bytes = (K::BITS / 8) as usize;
