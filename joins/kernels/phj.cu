@@ -42,7 +42,6 @@ constexpr uint32_t kStatusDuplicate = 1u;
 constexpr uint32_t kStatusBadId = 2u;
 constexpr uint32_t kStatusOverflow = 4u;
 
-
 // Device addresses and sizes of one co-partition join. Field order and types must match
 // `CoParams` in src/copart_cuda.rs.
 struct CoParams {
@@ -60,10 +59,10 @@ struct CoParams {
   uint64_t item_part;     // const uint32_t* n_items
   uint64_t n_items;
   uint64_t counts;        // uint64_t*: count pass writes n_items; write pass reads their scan
-  uint64_t flags;         // uint32_t* or 0 (count pass)
+  uint64_t flags;         // uint32_t* or 0 (count pass, one-pass join)
   uint64_t flags_len;
-  uint64_t out_probe;     // uint32_t* (write pass)
-  uint64_t out_build;     // uint32_t* (write pass)
+  uint64_t out_probe;     // uint32_t* (write pass, one-pass join)
+  uint64_t out_build;     // uint32_t* (write pass, one-pass join)
   uint64_t status;        // uint32_t*: kStatus* bits
   uint64_t out_cursor;    // unsigned long long*, zeroed (one-pass join: output rows reserved)
   uint64_t out_capacity;  // rows out_probe and out_build hold (one-pass join)

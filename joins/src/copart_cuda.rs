@@ -5,7 +5,8 @@
 //! and a read-back of the total and the status word, then (for pairs) an exactly sized
 //! allocation and the write pass. Three synchronizations in all, each reading 8 bytes. Pairs
 //! against a unique build side take one pass instead (`phj_join_*`: its outputs are allocated
-//! for one pair per probe row, then truncated to the count), which builds each table once;
+//! for one pair per probe row, then truncated to the count, and copied to an exact allocation
+//! when under half of it is used), which builds each table once;
 //! the order of those pairs is unspecified (each work item's run lands where an atomic
 //! reservation puts it).
 
@@ -22,14 +23,16 @@ use crate::copart::{
 
 static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 
-/// Threads per block of the match kernels: with 4 (4-byte keys) or 3 (8-byte keys) tables per
-/// SM, 512 threads keep 48–64 warps per SM resident (H200, 2^27 ⋈ 2^28: 4-byte match 3.35 ms
-/// against 5.0 with 256; 8-byte 4.6 against 6.3).
+/// Threads per block of the match kernels. Three such blocks fit an SM (48 warps; registers,
+/// up to 40 a thread, and the shared memory CUDA reserves per block allow no fourth), against
+/// four blocks of 256 threads (32 warps): H200, 2^27 ⋈ 2^28, 4-byte match 3.35 ms against 5.0,
+/// 8-byte 4.6 against 6.3.
 const BLOCK: u32 = 512;
 
-/// Blocks of the join kernels meant to share an SM, by key width: a table takes at most this
-/// fraction of the SM's shared memory. Four for 4-byte keys gives 4096-row tables (56 KiB);
-/// three for 8-byte keys gives them 4096 rows too (72 KiB; four would halve them), so |R| =
+/// Tables meant to share an SM, by key width: a table takes at most this fraction of the SM's
+/// shared memory. Four for 4-byte keys gives 4096-row tables (56 KiB; [`BLOCK`]'s registers
+/// let three of them run at once); three for 8-byte keys gives them 4096 rows too (72 KiB;
+/// four would halve them), so |R| =
 /// 2^27 needs 16 radix bits, two partition passes, not 17 and three (H200, PHJ-OM 2^27 ⋈ 2^28:
 /// 8 B narrow 22.8 -> 19.1 ms, 8 B wide 40.4 -> 32.9).
 fn blocks_per_sm<K: Key>() -> usize {
@@ -49,7 +52,7 @@ fn table_bytes(capacity: usize, key_bytes: usize) -> usize {
     (capacity * key_bytes).next_multiple_of(16) + 2 * capacity * 4 + capacity * 2
 }
 
-/// The launch arguments of the count and write passes (`CoParams` in kernels/phj.cu).
+/// The launch arguments of the match kernels (`CoParams` in kernels/phj.cu).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct CoParams {
@@ -165,15 +168,9 @@ fn stats_of(b: &CudaBackend, stats: &DeviceBuffer<u64>) -> Result<[u64; 4]> {
     Ok([s[0], s[1], s[2], s[3]])
 }
 
-/// The launch shape of the count and write passes: a block per work item at a time, as many
+/// The launch shape of the match kernels: a block per work item at a time, as many
 /// blocks as the SMs hold at once (or fewer items).
-fn join_config(
-    b: &CudaBackend,
-    f: &CudaFunction,
-    block: u32,
-    smem: usize,
-    items: u64,
-) -> Result<LaunchConfig> {
+fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
     // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
     // launch's need: the limit belongs to the kernel, shared by every thread launching it, and a
     // smaller value set by one would make another's larger launch fail.
@@ -184,7 +181,7 @@ fn join_config(
     )
     .map_err(driver("allowing dynamic shared memory"))?;
     let per_sm = f
-        .occupancy_max_active_blocks_per_multiprocessor(block, smem, None)
+        .occupancy_max_active_blocks_per_multiprocessor(BLOCK, smem, None)
         .map_err(driver("reading kernel occupancy"))?
         .max(1);
     let grid = (u64::from(b.info().sm_count.max(1)) * u64::from(per_sm))
@@ -192,19 +189,24 @@ fn join_config(
         .max(1);
     Ok(LaunchConfig {
         grid_dim: (grid as u32, 1, 1),
-        block_dim: (block, 1, 1),
+        block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: smem as u32,
     })
 }
 
-/// The error a join kernel's status word reports (`kStatus*` bits), if any.
+/// Bits of a match kernel's status word (`kStatus*` in kernels/phj.cu).
+const STATUS_DUPLICATE: u32 = 1;
+const STATUS_BAD_ID: u32 = 2;
+const STATUS_OVERFLOW: u32 = 4;
+
+/// The error a match kernel's status word reports, if any.
 fn check_status(status: u32, want: &CoWant) -> Result<()> {
     // An overflow of the one-pass join's outputs means some probe row matched twice: equal
     // build keys in two pieces.
-    if want.unique_build && status & (1 | 4) != 0 {
+    if want.unique_build && status & (STATUS_DUPLICATE | STATUS_OVERFLOW) != 0 {
         return Err(Error::DuplicateKey { side: "build" });
     }
-    if status & 2 != 0 {
+    if status & STATUS_BAD_ID != 0 {
         return Err(Error::IndexOutOfRange {
             what: "co-partition probe id",
             index: u64::from(u32::MAX),
@@ -212,6 +214,18 @@ fn check_status(status: u32, want: &CoWant) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// `buf` (truncated from an allocation of `bound` elements), copied into an exact allocation
+/// when it uses less than half of it: the waste of a one-pass output stays below its size, and
+/// an output that fills most of its bound is not copied.
+fn fit(b: &CudaBackend, buf: DeviceBuffer<u32>, bound: usize) -> Result<DeviceBuffer<u32>> {
+    if buf.len() >= bound / 2 {
+        return Ok(buf);
+    }
+    let mut exact = b.alloc::<u32>(buf.len())?;
+    b.copy(&buf, &mut exact)?;
+    Ok(exact)
 }
 
 /// Launches one of the match kernels (`names`: its u32 and u64 key versions) over the items.
@@ -226,7 +240,7 @@ unsafe fn launch_pass<K: Key>(
     what: &'static str,
 ) -> Result<()> {
     let f = b.function(&KERNELS, key_name::<K>(names[0], names[1]))?;
-    let cfg = join_config(b, &f, BLOCK, smem, params.n_items)?;
+    let cfg = join_config(b, &f, smem, params.n_items)?;
     let mut args = b.stream().launch_builder(&f);
     args.arg(params);
     // SAFETY: the caller's contract.
@@ -527,7 +541,7 @@ impl CoPartitionJoin for CudaBackend {
             out_p.truncate(rows);
             out_b.truncate(rows);
             return Ok(CoJoined {
-                pairs: Some((out_p, out_b)),
+                pairs: Some((fit(self, out_p, bound)?, fit(self, out_b, bound)?)),
                 flags,
                 total,
             });

@@ -579,23 +579,45 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         layout,
         &budget,
     )?;
-    if m.payloads {
+    let result = if m.payloads {
         let (l, r) = m
             .pairs
             .take()
             .ok_or_else(|| Error::Corrupt("an inner join matched no pairs".into()))?;
         let rows = l.len() as u64;
-        let result = Materialized {
+        Materialized {
             left: vec![Column::U32(l)],
             right: vec![Column::U32(r)],
             right_valid: None,
             rows,
-        };
-        let mut st = stats(b, algorithm, opts, left.len(), right.len(), rows, ph.phases);
-        st.sampled = sampled;
-        return Ok((result, st));
-    }
+        }
+    } else {
+        materialize(b, &mut ph, algorithm, opts, left, right, &m)?
+    };
+    let mut st = stats(
+        b,
+        algorithm,
+        opts,
+        left.len(),
+        right.len(),
+        result.rows,
+        ph.phases,
+    );
+    st.sampled = sampled;
+    Ok((result, st))
+}
 
+/// The output columns of a join whose match found ids (row ids, sorted or partitioned
+/// positions): each side's payloads gathered, transformed first where the algorithm is GFTR.
+fn materialize<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    algorithm: Algorithm,
+    opts: &JoinOptions,
+    left: &Table<B, K>,
+    right: &Table<B, K>,
+    m: &Matched<B, K>,
+) -> Result<Materialized<B>> {
     // For one side's columns: the output rows' values of each column, with `ids` positions
     // (GFTR) or row ids (GFUR).
     let side = |ph: &mut Phases<'_, B>,
@@ -655,12 +677,12 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         (None, Some((l, r))) => (Source::Rows(Some(l)), Source::Rows(Some(r))),
         (None, None) => (Source::Rows(None), Source::Rows(None)),
     };
-    let result = match (opts.kind, &m.pairs, &m.left_only) {
+    Ok(match (opts.kind, &m.pairs, &m.left_only) {
         (JoinKind::Inner, Some((pl, pr)), _) => {
-            let l = side(&mut ph, &left.payloads, lmap, &[pl])?
+            let l = side(ph, &left.payloads, lmap, &[pl])?
                 .pop()
                 .unwrap_or_default();
-            let r = side(&mut ph, &right.payloads, rmap, &[pr])?
+            let r = side(ph, &right.payloads, rmap, &[pr])?
                 .pop()
                 .unwrap_or_default();
             Materialized {
@@ -671,10 +693,10 @@ pub fn join_columns<B: JoinBackend, K: Key>(
             }
         }
         (JoinKind::LeftOuter, Some((pl, pr)), Some(u)) => {
-            let mut parts = side(&mut ph, &left.payloads, lmap, &[pl, u])?;
+            let mut parts = side(ph, &left.payloads, lmap, &[pl, u])?;
             let unmatched = parts.pop().unwrap_or_default();
             let matched = parts.pop().unwrap_or_default();
-            let r = side(&mut ph, &right.payloads, rmap, &[pr])?
+            let r = side(ph, &right.payloads, rmap, &[pr])?
                 .pop()
                 .unwrap_or_default();
             let total = pl.len() + u.len();
@@ -698,7 +720,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
             })?
         }
         (_, _, Some(u)) => {
-            let l = side(&mut ph, &left.payloads, lmap, &[u])?
+            let l = side(ph, &left.payloads, lmap, &[u])?
                 .pop()
                 .unwrap_or_default();
             Materialized {
@@ -708,19 +730,8 @@ pub fn join_columns<B: JoinBackend, K: Key>(
                 rows: u.len() as u64,
             }
         }
-        _ => unreachable!("every kind produces its parts"),
-    };
-    let mut st = stats(
-        b,
-        algorithm,
-        opts,
-        left.len(),
-        right.len(),
-        result.rows,
-        ph.phases,
-    );
-    st.sampled = sampled;
-    Ok((result, st))
+        _ => return Err(Error::Corrupt("a join kind's match lacks its parts".into())),
+    })
 }
 
 /// Where one side's output ids point, for materialization.

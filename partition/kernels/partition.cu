@@ -571,8 +571,10 @@ __device__ void bucket_chain(const K* __restrict__ keys, K* pool_keys, uint64_t 
 }
 
 // offsets[x] for x in [0, fanout]: the first position whose digit is >= x, over keys sorted by
-// digit (bits [shift, shift + log2(mask + 1))); one binary search per offset, so the cost is
-// fanout * log2(n) reads, not a pass over the keys.
+// digit (bits [shift, shift + log2(mask + 1))).
+//
+// By binary search, one per offset: fanout * log2(n) reads, for fan-outs small against n.
+
 template <typename K>
 __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t shift,
                                uint64_t mask, uint64_t* offsets, uint64_t fanout) {
@@ -587,6 +589,18 @@ __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t 
       }
     }
     offsets[x] = lo;
+  }
+}
+
+// By one pass over the keys (each offset written by exactly one position), for fan-outs too
+// large for the binary searches to be cheaper.
+template <typename K>
+__device__ void offsets_linear(const K* __restrict__ keys, uint64_t n, uint32_t shift,
+                               uint64_t mask, uint64_t* offsets, uint64_t fanout) {
+  for (uint64_t i = joinkit::global_thread_id(); i <= n; i += joinkit::grid_stride()) {
+    const uint64_t lo = i == 0 ? 0 : ((static_cast<uint64_t>(keys[i - 1]) >> shift) & mask) + 1;
+    const uint64_t hi = i == n ? fanout : (static_cast<uint64_t>(keys[i]) >> shift) & mask;
+    for (uint64_t x = lo; x <= hi; ++x) offsets[x] = i;
   }
 }
 
@@ -670,6 +684,16 @@ extern "C" __global__ void part_offsets_sorted_u64(const uint64_t* keys, uint64_
                                                       uint32_t shift, uint64_t mask,
                                                       uint64_t* offsets, uint64_t fanout) {
   offsets_sorted(keys, n, shift, mask, offsets, fanout);
+}
+extern "C" __global__ void part_offsets_linear_u32(const uint32_t* keys, uint64_t n,
+                                                   uint32_t shift, uint64_t mask,
+                                                   uint64_t* offsets, uint64_t fanout) {
+  offsets_linear(keys, n, shift, mask, offsets, fanout);
+}
+extern "C" __global__ void part_offsets_linear_u64(const uint64_t* keys, uint64_t n,
+                                                   uint32_t shift, uint64_t mask,
+                                                   uint64_t* offsets, uint64_t fanout) {
+  offsets_linear(keys, n, shift, mask, offsets, fanout);
 }
 
 // Empty chains: no head bucket and a fill of `cap`, so the first reservation allocates.

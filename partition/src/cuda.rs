@@ -599,8 +599,10 @@ fn zero_offsets(backend: &CudaBackend, offsets: &mut CudaViewMut<'_, u64>) -> Re
 
 /// Stable radix partition by key bits `bits` (see [`crate::RadixPartition`]): writes the keys
 /// to `keys_out`, each payload pair's input to its output, the row ids (when given) and the
-/// `2^width + 1` offsets. Ranges over 8 bits run as LSD passes through temporary columns held
-/// in `scratch`.
+/// `2^width + 1` offsets. With at most one column (a payload or the row ids) this is CUB's
+/// radix sort on `bits`, its temporary storage in `scratch` (row ids are generated into a
+/// buffer of their own, freed in stream order); otherwise ranges over 8 bits run as LSD passes
+/// through temporary columns held in `scratch`.
 ///
 /// # Errors
 /// As [`crate::RadixPartition::radix_partition`], plus [`Error::LengthMismatch`] for outputs of
@@ -733,19 +735,22 @@ struct SortedKeys {
 
 impl SortedKeys {
     /// Writes the `fanout + 1` partition offsets (each digit's first position, then `n`) to
-    /// `offsets`: one binary search per offset.
+    /// `offsets`: by a binary search per offset when those read fewer keys than a pass over
+    /// them, else by the pass.
     fn offsets(&self, backend: &CudaBackend, offsets: u64) -> Result<()> {
-        // part_offsets_sorted_K(keys[n], n, shift, mask, offsets[fanout + 1], fanout)
-        let name = if self.key_bytes == 4 {
-            "part_offsets_sorted_u32"
-        } else {
-            "part_offsets_sorted_u64"
+        let searches = (self.fanout as u64 + 1) * u64::from(usize::BITS - self.n.leading_zeros());
+        let (name, threads) = match (searches <= self.n as u64, self.key_bytes == 4) {
+            (true, true) => ("part_offsets_sorted_u32", self.fanout + 1),
+            (true, false) => ("part_offsets_sorted_u64", self.fanout + 1),
+            (false, true) => ("part_offsets_linear_u32", self.n + 1),
+            (false, false) => ("part_offsets_linear_u64", self.n + 1),
         };
+        // part_offsets_*_K(keys[n], n, shift, mask, offsets[fanout + 1], fanout)
         let (n, mask, fanout) = (self.n as u64, self.fanout as u64 - 1, self.fanout as u64);
         launch!(
             backend,
             name,
-            backend.grid_stride_config(self.fanout + 1, THREADS),
+            backend.grid_stride_config(threads, THREADS),
             &self.keys,
             &n,
             &self.shift,
