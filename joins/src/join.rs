@@ -521,7 +521,8 @@ pub(crate) fn gather_columns<B: JoinBackend>(
 /// further column again with the keys, one at a time. So SMJ-OM holds at most one transformed
 /// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
 /// A PHJ-OM inner join with one `Column::U32` payload a side has its match write the carried
-/// payloads themselves, so nothing is gathered.
+/// payloads themselves, so nothing is gathered; with `right_unique` on CUDA, those output
+/// columns keep an allocation of one row per left row, however few match.
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
