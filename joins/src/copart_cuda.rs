@@ -200,6 +200,13 @@ const STATUS_DUPLICATE: u32 = 1;
 const STATUS_BAD_ID: u32 = 2;
 const STATUS_OVERFLOW: u32 = 4;
 
+/// The status word (the low half of word 0) and the total (word 1) of a match's read-back
+/// words.
+fn status_and_total(b: &CudaBackend, words: &DeviceBuffer<u64>) -> Result<(u32, u64)> {
+    let w = b.download(words)?;
+    Ok((w[0] as u32, w[1]))
+}
+
 /// The error a match kernel's status word reports, if any.
 fn check_status(status: u32, want: &CoWant) -> Result<()> {
     // An overflow of the one-pass join's outputs means some probe row matched twice: equal
@@ -480,7 +487,9 @@ impl CoPartitionJoin for CudaBackend {
             &[Arg::U64(iop), Arg::U64(f64_), Arg::U64(ipp)],
         )?;
 
-        let status = zeros::<u32>(self, 1)?;
+        // Word 0: the status (kStatus* bits, its low half); word 1: the one-pass join's output
+        // cursor, or the count pass's total copied in. Read back together: one synchronization.
+        let mut words = zeros::<u64>(self, 2)?;
         let capacity = self.build_capacity::<K>();
         let smem = table_bytes(capacity, (K::BITS / 8) as usize);
         let ids = |i: Option<&DeviceBuffer<u32>>| i.map_or(0, |b| b.device_ptr());
@@ -503,7 +512,7 @@ impl CoPartitionJoin for CudaBackend {
             flags_len: want.flags_len.unwrap_or(0) as u64,
             out_probe: 0,
             out_build: 0,
-            status: status.device_ptr(),
+            status: words.device_ptr(),
             out_cursor: 0,
             out_capacity: 0,
             capacity: capacity as u32,
@@ -514,18 +523,17 @@ impl CoPartitionJoin for CudaBackend {
             let bound = usize::try_from(probe.pieces.rows)
                 .map_err(|_| Error::SizeOverflow("probe rows"))?;
             let (mut out_p, mut out_b) = (self.alloc::<u32>(bound)?, self.alloc::<u32>(bound)?);
-            let cursor = zeros::<u64>(self, 1)?;
-            params.out_cursor = cursor.device_ptr();
+            params.out_cursor = words.device_ptr() + 8;
             params.out_capacity = bound as u64;
             params.out_probe = out_p.device_ptr();
             params.out_build = out_b.device_ptr();
             let names = ["phj_join_u32", "phj_join_u64"];
-            // SAFETY: as the count pass below, plus the zeroed cursor; each item writes its
+            // SAFETY: as the count pass below, plus the zeroed cursor word; each item writes its
             // pairs at the rows it reserved below `bound` (checked in the kernel, which flags
             // an overflow instead of writing past it).
             unsafe { launch_pass::<K>(self, names, &params, smem, "launching the PHJ match") }?;
-            let total = read_at(self, &cursor, 0)?;
-            check_status(read_at(self, &status, 0)?, &want)?;
+            let (status, total) = status_and_total(self, &words)?;
+            check_status(status, &want)?;
             let rows = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output"))?;
             out_p.truncate(rows);
             out_b.truncate(rows);
@@ -546,8 +554,14 @@ impl CoPartitionJoin for CudaBackend {
         unsafe { launch_pass::<K>(self, names, &params, smem, "launching the PHJ count pass") }?;
         let offsets = self.exclusive_sum(&counts)?;
         drop(counts);
-        let total = read_at(self, &offsets, items)?;
-        check_status(read_at(self, &status, 0)?, &want)?;
+        self.stream()
+            .memcpy_dtod(
+                &offsets.view().slice(items..items + 1),
+                &mut words.view_mut().slice_mut(1..2),
+            )
+            .map_err(driver("copying the match total"))?;
+        let (status, total) = status_and_total(self, &words)?;
+        check_status(status, &want)?;
         if !want.pairs {
             return Ok(CoJoined {
                 pairs: None,

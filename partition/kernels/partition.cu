@@ -675,26 +675,21 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) totals[blockIdx.x] = carry;
 }
 
-extern "C" __global__ void part_offsets_sorted_u32(const uint32_t* keys, uint64_t n,
-                                                      uint32_t shift, uint64_t mask,
-                                                      uint64_t* offsets, uint64_t fanout) {
-  offsets_sorted(keys, n, shift, mask, offsets, fanout);
-}
-extern "C" __global__ void part_offsets_sorted_u64(const uint64_t* keys, uint64_t n,
-                                                      uint32_t shift, uint64_t mask,
-                                                      uint64_t* offsets, uint64_t fanout) {
-  offsets_sorted(keys, n, shift, mask, offsets, fanout);
-}
-extern "C" __global__ void part_offsets_linear_u32(const uint32_t* keys, uint64_t n,
-                                                   uint32_t shift, uint64_t mask,
-                                                   uint64_t* offsets, uint64_t fanout) {
-  offsets_linear(keys, n, shift, mask, offsets, fanout);
-}
-extern "C" __global__ void part_offsets_linear_u64(const uint64_t* keys, uint64_t n,
-                                                   uint32_t shift, uint64_t mask,
-                                                   uint64_t* offsets, uint64_t fanout) {
-  offsets_linear(keys, n, shift, mask, offsets, fanout);
-}
+// Partition offsets of digit-sorted keys, per key type: by binary searches or by one pass.
+#define JK_OFFSETS_KERNELS(T, K)                                                            \
+  extern "C" __global__ void part_offsets_sorted_##K(const T* keys, uint64_t n, uint32_t shift, \
+                                                     uint64_t mask, uint64_t* offsets,        \
+                                                     uint64_t fanout) {                       \
+    offsets_sorted(keys, n, shift, mask, offsets, fanout);                                   \
+  }                                                                                          \
+  extern "C" __global__ void part_offsets_linear_##K(const T* keys, uint64_t n, uint32_t shift, \
+                                                     uint64_t mask, uint64_t* offsets,        \
+                                                     uint64_t fanout) {                       \
+    offsets_linear(keys, n, shift, mask, offsets, fanout);                                   \
+  }
+JK_OFFSETS_KERNELS(uint32_t, u32)
+JK_OFFSETS_KERNELS(uint64_t, u64)
+#undef JK_OFFSETS_KERNELS
 
 // Empty chains: no head bucket and a fill of `cap`, so the first reservation allocates.
 extern "C" __global__ void part_bucket_init(uint64_t* state, uint64_t* counts, uint32_t* used,

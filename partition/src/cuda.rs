@@ -634,14 +634,15 @@ pub fn radix_partition<K: Key>(
     let mut moved: Vec<ColSpec> = specs.iter().copied().chain(ids).collect();
     let (in_keys, out_keys) = (ptr_in(backend, keys_in), ptr_out(backend, keys_out));
     let out_offsets = ptr_out(backend, offsets);
+    // The output keys, sorted by the digit of `bits` once the passes are done.
+    let sorted = SortedKeys {
+        key_bytes: size_of::<K>(),
+        keys: out_keys,
+        n,
+        shift: bits.start,
+        fanout,
+    };
     if let [] | [_] = moved[..] {
-        let sorted = SortedKeys {
-            key_bytes: size_of::<K>(),
-            keys: out_keys,
-            n,
-            shift: bits.start,
-            fanout,
-        };
         sort_partition(backend, in_keys, &sorted, moved.first(), bits, scratch)?;
         return sorted.offsets(backend, out_offsets);
     }
@@ -712,14 +713,7 @@ pub fn radix_partition<K: Key>(
         shift += w;
     }
     if passes > 1 {
-        SortedKeys {
-            key_bytes: size_of::<K>(),
-            keys: out_keys,
-            n,
-            shift: bits.start,
-            fanout,
-        }
-        .offsets(backend, out_offsets)?;
+        sorted.offsets(backend, out_offsets)?;
     }
     Ok(())
 }
