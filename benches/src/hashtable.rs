@@ -5,7 +5,9 @@
 
 use clap::Args;
 use joinkit_cuda::{Device, DeviceKind, Error, Key, Result, hash, with_backend};
-use joinkit_hashtable::{HashTables, Probing, RandomAccessFloors, TableConfig, TableKind};
+use joinkit_hashtable::{
+    BuildOrder, HashTables, Probing, RandomAccessFloors, TableConfig, TableKind,
+};
 
 use crate::measure::{Ctx, parse_size, sizes_or, time};
 use crate::plot::PlotSpec;
@@ -33,6 +35,28 @@ pub(crate) struct HashtableArgs {
     /// Key width in bits: 32 or 64.
     #[arg(long, default_value_t = 32)]
     key_bits: u32,
+    /// Insert orders of the open-addressing builds: auto (clustered when the table is larger
+    /// than the L2 cache), input, clustered (keys hash-partitioned by home-slot region first).
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    build_orders: Vec<Order>,
+}
+
+/// `--build-orders` values: [`BuildOrder`] by name.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum Order {
+    Auto,
+    Input,
+    Clustered,
+}
+
+impl Order {
+    fn policy(self) -> BuildOrder {
+        match self {
+            Order::Auto => BuildOrder::Auto,
+            Order::Input => BuildOrder::Input,
+            Order::Clustered => BuildOrder::Clustered,
+        }
+    }
 }
 
 /// The plot of hashtable: build, find and count + retrieve rates against the build size, a
@@ -43,7 +67,7 @@ pub(crate) const PLOT: PlotSpec = PlotSpec {
     x_label: "build rows",
     y: &["build G/s", "find G/s", "cnt+ret G/s"],
     y_label: "G keys/s",
-    series: &["kind", "probing", "lf", "mult", "hit %"],
+    series: &["kind", "probing", "order", "lf", "mult", "hit %"],
 };
 
 pub(crate) fn run(device: &Device, args: &HashtableArgs, ctx: &mut Ctx) -> Result<()> {
@@ -110,7 +134,10 @@ fn bench<B: HashTables + RandomAccessFloors, K: Key>(
                     }
                     for probing in [Probing::Linear, Probing::Double] {
                         for &lf in &args.load_factors {
-                            configs.push(TableConfig::new(kind).probing(probing).load_factor(lf));
+                            for order in &args.build_orders {
+                                let c = TableConfig::new(kind).probing(probing).load_factor(lf);
+                                configs.push(c.build_order(order.policy()));
+                            }
                         }
                     }
                 }
@@ -181,10 +208,17 @@ fn row<B: HashTables + RandomAccessFloors, K: Key>(
             table.load_factor(),
         ),
     };
+    let order = match (config.kind(), config.build_order_policy()) {
+        (TableKind::Chained, _) => "-",
+        (_, BuildOrder::Auto) => "auto",
+        (_, BuildOrder::Input) => "input",
+        (_, BuildOrder::Clustered) => "clustered",
+    };
     ctx.report.row(
         Row::new("hashtable")
             .with("kind", kind)
             .with("probing", probing)
+            .with("order", order)
             .with("lf", lf)
             .with("mult", mult)
             .with("hit %", hit)

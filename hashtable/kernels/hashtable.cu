@@ -38,8 +38,11 @@ __device__ __forceinline__ uint64_t block_sum(uint64_t v, uint64_t* smem) {
 // key is placed, takes the next one from its warp's batch of 32 (read coalesced, handed out by
 // ballot and shuffle): a warp never idles behind its longest probe sequence. (With one key per
 // lane per round, lanes waited for the round's longest sequence: ncu counted 12 of 32 active.)
+// `rows` gives each key's build row (keys clustered by a hash partition), or is null: key i is
+// row i. Block b inserts rows [b * tile, (b + 1) * tile).
 template <typename Table, typename K>
-__device__ void build_open(const RawTable& raw, const K* keys, uint64_t n, uint32_t* status) {
+__device__ void build_open(const RawTable& raw, const K* keys, const uint32_t* rows, uint64_t n,
+                           uint64_t tile, uint32_t* status) {
   using joinkit::kFullMask;
   using joinkit::ht::kStatusDuplicate;
   using joinkit::ht::kStatusFull;
@@ -47,16 +50,21 @@ __device__ void build_open(const RawTable& raw, const K* keys, uint64_t n, uint3
   const uint32_t lane = joinkit::lane_id();
   const uint32_t lanes_before = (1u << lane) - 1;
   auto full = [&] { return (*reinterpret_cast<const volatile uint32_t*>(status) & kStatusFull) != 0; };
-  // Rows of the batch at `first` (0 past the end or once the table is full); warp-uniform.
+  const uint64_t tile_end = min(n, (static_cast<uint64_t>(blockIdx.x) + 1) * tile);
+  // Rows of the batch at `first` (0 past the tile's end or once the table is full);
+  // warp-uniform.
   auto batch_len = [&](uint64_t first) -> uint32_t {
     const bool stop = __any_sync(kFullMask, full());
-    return first < n && !stop ? static_cast<uint32_t>(n - first < 32 ? n - first : 32) : 0u;
+    return first < tile_end && !stop
+               ? static_cast<uint32_t>(tile_end - first < 32 ? tile_end - first : 32)
+               : 0u;
   };
   // The warp's batch: rows [batch, batch + avail), row batch + j's key held by lane j; lanes
   // [0, taken) of it are handed out.
-  uint64_t batch = joinkit::global_thread_id() - lane;
+  uint64_t batch = static_cast<uint64_t>(blockIdx.x) * tile + threadIdx.x - lane;
   uint32_t avail = batch_len(batch), taken = 0;
   K held = lane < avail ? keys[batch + lane] : K(0);
+  uint32_t held_row = rows != nullptr && lane < avail ? rows[batch + lane] : 0u;
   // This lane's key in progress.
   bool busy = false;
   K key = 0;
@@ -69,9 +77,11 @@ __device__ void build_open(const RawTable& raw, const K* keys, uint64_t n, uint3
     if (idle != 0 && taken < avail) {  // warp-uniform
       const uint32_t src = taken + __popc(idle & lanes_before);
       const K k = __shfl_sync(kFullMask, held, src & 31);
+      const uint32_t r = rows != nullptr ? __shfl_sync(kFullMask, held_row, src & 31)
+                                         : static_cast<uint32_t>(batch + src);
       if (!busy && src < avail) {
         key = k;
-        row = static_cast<uint32_t>(batch + src);
+        row = r;
         seq = table.start(k);
         steps = 0;
         busy = true;
@@ -79,10 +89,11 @@ __device__ void build_open(const RawTable& raw, const K* keys, uint64_t n, uint3
       taken = min(avail, taken + __popc(idle));
     }
     if (taken == avail && avail != 0) {  // batch handed out: read the next
-      batch += joinkit::grid_stride();
+      batch += blockDim.x;
       avail = batch_len(batch);
       taken = 0;
       held = lane < avail ? keys[batch + lane] : K(0);
+      held_row = rows != nullptr && lane < avail ? rows[batch + lane] : 0u;
     }
     if (!__any_sync(kFullMask, busy)) {
       if (avail == 0) break;
@@ -334,9 +345,10 @@ using ChainedU64 = ChainedTable<uint64_t>;
   }
 
 #define JK_OPEN_BUILD(NAME, TABLE, SUF, KT)                                                     \
-  extern "C" __global__ void ht_build_##NAME##_##SUF(RawTable t, const KT* keys, uint64_t n,   \
-                                                     uint32_t* status) {                       \
-    build_open<TABLE>(t, keys, n, status);                                                     \
+  extern "C" __global__ void ht_build_##NAME##_##SUF(RawTable t, const KT* keys,               \
+                                                     const uint32_t* rows, uint64_t n,         \
+                                                     uint64_t tile, uint32_t* status) {        \
+    build_open<TABLE>(t, keys, rows, n, tile, status);                                         \
   }
 
 JK_OPEN_BUILD(kv_linear, KvLinearU32, u32, uint32_t)

@@ -62,8 +62,8 @@ mod table;
 pub mod cuda;
 
 pub use config::{
-    DEFAULT_SEED, MAX_BUILD_ROWS, MAX_CAPACITY, MAX_PROBE_ROWS, NOT_FOUND, Probing, TableConfig,
-    TableKind,
+    BuildOrder, DEFAULT_SEED, MAX_BUILD_ROWS, MAX_CAPACITY, MAX_PROBE_ROWS, NOT_FOUND, Probing,
+    TableConfig, TableKind,
 };
 pub use floors::RandomAccessFloors;
 pub use joinkit_cuda::{Backend, Error, Result};

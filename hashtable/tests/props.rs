@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use joinkit_cuda::{CpuBackend, Error, Key};
 use joinkit_hashtable::{
-    HashTable, HashTables, NOT_FOUND, Probing, RandomAccessFloors, TableConfig, TableKind,
+    BuildOrder, HashTable, HashTables, NOT_FOUND, Probing, RandomAccessFloors, TableConfig,
+    TableKind,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -40,13 +41,17 @@ fn runner() -> TestRunner {
 
 const POISON: u32 = joinkit_cuda::testing::POISON_U64 as u32;
 
-/// Every table configuration: 3 kinds x 2 probing policies (chaining ignores probing).
+/// Every table configuration: 3 kinds x 2 probing policies (chaining ignores probing), open
+/// addressing built in input and in clustered order.
 fn configs() -> Vec<TableConfig> {
     let mut v = Vec::new();
     for kind in [TableKind::KeyValue, TableKind::HashRow] {
         for probing in [Probing::Linear, Probing::Double] {
             for lf in [0.5, 0.9] {
-                v.push(TableConfig::new(kind).probing(probing).load_factor(lf));
+                for order in [BuildOrder::Input, BuildOrder::Clustered] {
+                    let c = TableConfig::new(kind).probing(probing).load_factor(lf);
+                    v.push(c.build_order(order));
+                }
             }
         }
     }
@@ -282,13 +287,24 @@ fn errors_on<B: HashTables>(b: &B) {
             rows: 65
         })
     ));
+    let clustered = c.build_order(BuildOrder::Clustered);
+    assert!(matches!(
+        b.build_table(&over, &clustered),
+        Err(Error::TableFull {
+            capacity: 64,
+            rows: 65
+        })
+    ));
     // Duplicates in a unique-key table; the sentinel key twice too.
     for dup in [vec![1u32, 2, 1], vec![u32::MAX, 3, u32::MAX]] {
         let d = b.upload(&dup).unwrap();
-        assert_eq!(
-            b.build_table(&d, &TableConfig::key_value()).err(),
-            Some(Error::DuplicateKey { side: "build" })
-        );
+        for order in [BuildOrder::Input, BuildOrder::Clustered] {
+            assert_eq!(
+                b.build_table(&d, &TableConfig::key_value().build_order(order))
+                    .err(),
+                Some(Error::DuplicateKey { side: "build" })
+            );
+        }
     }
     // Bad load factors.
     for lf in [0.0, -1.0, 1.01, f64::NAN] {
