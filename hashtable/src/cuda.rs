@@ -21,7 +21,7 @@ use joinkit_cuda::{Backend, CudaBackend, Error, KernelModule, Key, Result, Scrat
 use joinkit_partition::cuda::ColumnOut;
 
 use crate::config::{BuildOrder, MAX_BUILD_ROWS, Probing, TableConfig, TableKind};
-use crate::cpu::{EMPTY_ROW, EMPTY_WORD, slot_words, status_error};
+use crate::cpu::{EMPTY_ROW, EMPTY_WORD, slot_words, status_error, words_per_slot};
 use crate::table::{
     HashTable, HashTables, Matches, Storage, check_probe_rows, check_retrieve, tiles,
 };
@@ -204,11 +204,12 @@ pub unsafe fn build_open_raw<K: Key>(
         keys.len() as u64,
     );
     // Clustered keys: short tiles, so the blocks in flight (which start in index order) work
-    // on a narrow window of the input and so of the table; input order: one tile per resident
-    // block, so warps run long (measured on an H200, 2^27 keys: 4096 clustered against 2048 or
-    // 8192, 12-25 % faster; whole chunks in input order 15 % faster than 4096-row tiles).
+    // on a narrow band of the input and so of the table; input order: one tile per resident
+    // block, so warps run long. Measured on an H200, 2^27 keys: 8-byte slots 4096 rows against
+    // 2048 or 8192 12-25 % faster, 16-byte slots 2048 against 4096 8 % faster; whole chunks
+    // in input order 15 % faster than 4096-row tiles.
     let tile = if rows.is_some() {
-        CLUSTERED_TILE
+        CLUSTERED_TILE_SLOT_BYTES / (8 * words_per_slot::<K>(kind))
     } else {
         let blocks = backend
             .grid_stride_config(keys.len(), BUILD_BLOCK)
@@ -235,9 +236,10 @@ pub unsafe fn build_open_raw<K: Key>(
         .map_err(driver("launching a hash-table kernel"))
 }
 
-/// Threads per block of the open-addressing build, and rows per block for clustered keys.
+/// Threads per block of the open-addressing build, and the slot bytes a block's tile of
+/// clustered keys covers (4096 rows of 8-byte slots).
 const BUILD_BLOCK: u32 = 256;
-const CLUSTERED_TILE: usize = 4096;
+const CLUSTERED_TILE_SLOT_BYTES: usize = 32 << 10;
 
 /// [`BuildOrder::Auto`] clusters tables of at least this many times the L2 cache. Measured on
 /// an H200 (60 MiB L2), load 0.5: clustering wins from 128 MiB tables of 4-byte keys (15.0
