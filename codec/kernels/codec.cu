@@ -139,16 +139,21 @@ __device__ __forceinline__ void pack_words(uint64_t* dst, uint64_t at, uint64_t 
   }
 }
 
+// Decode: a chunk's parsed header (parse_chunk fills it).
+struct ChunkHeader {
+  uint64_t fault;
+  uint64_t mode, fw, fmin, fcount, foff;
+  uint64_t lcount[kMaxLayers], lwidth[kMaxLayers], lvalue[kMaxLayers], loff[kMaxLayers];
+};
+// Rust: CHUNK_HEADER_BYTES in src/cuda.rs (the warp decoder's shared-memory layout).
+static_assert(sizeof(ChunkHeader) == 304, "ChunkHeader layout");
+
 // Shared state of one block (besides the dynamic value buffers).
-struct BlockState {
+struct BlockState : ChunkHeader {
   uint64_t scan[joinkit::kWarpSize + 1];
   uint64_t red[32];
   uint64_t red2[32];
   uint64_t hdr[3 + kMaxLayers];
-  // Decode: the chunk's parsed header.
-  uint64_t fault;
-  uint64_t mode, fw, fmin, fcount, foff;
-  uint64_t lcount[kMaxLayers], lwidth[kMaxLayers], lvalue[kMaxLayers], loff[kMaxLayers];
 };
 
 // The encode kernel's dynamic shared memory: two value buffers and one run-start buffer of a
@@ -176,6 +181,22 @@ __device__ __forceinline__ uint32_t find_buffer(const uint64_t* chunk_base, uint
   while (hi - lo > 1) {
     uint32_t mid = (lo + hi) / 2;
     if (chunk_base[mid] <= g) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+// find_buffer for a whole warp (every lane gets the answer): 32 candidates per round, so 1024
+// buffers take two rounds of loads instead of ten dependent ones (a warp decodes its chunks one
+// after another, so the search's latency is not hidden by other threads of the chunk).
+__device__ __forceinline__ uint32_t find_buffer_warp(const uint64_t* chunk_base, uint32_t nbuf,
+                                                     uint64_t g) {
+  uint32_t lo = 0, hi = nbuf;  // answer in [lo, hi); chunk_base[lo] <= g throughout
+  while (hi - lo > 1) {
+    const uint32_t span = (hi - lo + joinkit::kWarpSize - 1) / joinkit::kWarpSize;
+    const uint32_t cand = lo + joinkit::lane_id() * span;
+    const uint32_t le = __ballot_sync(joinkit::kFullMask, cand < hi && chunk_base[cand] <= g);
+    lo += (31 - __clz(le)) * span;  // lane 0's candidate, lo, always qualifies
+    hi = min(hi, lo + span);
   }
   return lo;
 }
@@ -498,7 +519,7 @@ __device__ __forceinline__ T block_scan_live(T (&v)[IPT], uint32_t rows, T* wt) 
 // but word 1), and fills `st`; st.fault = 0 when valid. The offsets were checked already.
 __device__ void parse_chunk(const uint64_t* W, uint64_t len, uint64_t n, uint64_t c,
                             uint64_t sum, uint64_t layers, uint32_t nl, uint32_t bits,
-                            BlockState& st) {
+                            ChunkHeader& st) {
   st.fault = 0;
   if (len < 2) { st.fault = kFaultLength; return; }
   const uint64_t w0 = W[0];
@@ -550,14 +571,64 @@ __device__ void parse_chunk(const uint64_t* W, uint64_t len, uint64_t n, uint64_
   if (finish_checksum(sum, c, len) != W[1]) st.fault = kFaultChecksum;
 }
 
+// Chunk g of buffer k: where its words lie and where its values go. `ok` is false when its
+// offsets fail format.rs chunk_range (fault kFaultOffset); `len` is then meaningless.
 // desc: 8 words per buffer: [stream start (words), stream length, output offset (values),
 // values, unused, scheme layers word, layer count, unused].
+template <typename U>
+struct ChunkAt {
+  const uint64_t* words;  // the chunk's words
+  U* dst;                 // its first value's place in the output
+  uint64_t c;             // its index in its stream
+  uint64_t layers;        // the stream's layer codes, layer 0 in the lowest byte
+  uint32_t nl, n, len;    // layers, values, words
+  bool ok;
+  __device__ __forceinline__ ChunkAt(const uint64_t* enc, const uint64_t* desc,
+                                     const uint64_t* chunk_base, uint32_t k, uint64_t g,
+                                     uint32_t cv, U* out) {
+    const uint64_t* d = desc + 8 * k;
+    const uint64_t* stream = enc + d[0];
+    c = g - chunk_base[k];
+    const uint64_t nvals = d[3];
+    layers = d[5];
+    nl = static_cast<uint32_t>(d[6]);
+    const uint64_t chunks = (nvals + cv - 1) / cv;
+    n = static_cast<uint32_t>(umin(cv, nvals - c * cv));
+    const uint64_t a = stream[kHeaderWords + c];
+    const uint64_t b = stream[kHeaderWords + c + 1];
+    dst = out + d[2] + c * cv;
+    ok = !(a < kHeaderWords + chunks + 1 || b <= a || b > d[1] ||
+           b - a > raw_words(cv, sizeof(U) * 8));
+    len = static_cast<uint32_t>(b - a);  // at most raw_words(cv) when ok
+    words = stream + a;
+  }
+};
+
+// The final (frame-of-reference + bitpacked) stream of a parsed chunk staged at W: value q.
+template <typename U>
+struct FinalStream {
+  const uint32_t* words;
+  uint32_t width;
+  U mask, min;
+  __device__ __forceinline__ FinalStream(const uint64_t* W, const ChunkHeader& h)
+      : words(reinterpret_cast<const uint32_t*>(W + h.foff)),
+        width(static_cast<uint32_t>(h.fw)),
+        mask(static_cast<U>(value_mask(width))),
+        min(static_cast<U>(h.fmin)) {}
+  __device__ __forceinline__ U operator()(uint32_t q) const {
+    return static_cast<U>(min + unpack_bits(words, q, width, mask));
+  }
+};
+
+// desc: as ChunkAt reads it.
 // Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits), A (cv values), FL (run
-// start flags, one byte per value). Block: cv / IPT threads.
+// start flags, one byte per value). Block: cv / IPT threads. Decodes the chunks list[0 ..
+// *list_len) (those the warp decoder deferred), or every chunk when `list` is null.
 template <typename U, uint32_t IPT>
 __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
                               const uint64_t* chunk_base, uint32_t nbuf, uint64_t total_chunks,
-                              uint32_t cv, uint32_t is_signed, U* out, uint64_t* err) {
+                              uint32_t cv, uint32_t is_signed, const uint64_t* list,
+                              const uint64_t* list_len, U* out, uint64_t* err) {
   constexpr uint32_t bits = sizeof(U) * 8;
   constexpr uint32_t kWarpItems = IPT * joinkit::kWarpSize;  // items of one warp's rows
   __shared__ BlockState st;
@@ -575,29 +646,21 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
     if (t == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | code);
   };
 
-  for (uint64_t g = blockIdx.x; g < total_chunks; g += gridDim.x) {
+  const uint64_t count = list != nullptr ? *list_len : total_chunks;
+  for (uint64_t x = blockIdx.x; x < count; x += gridDim.x) {
+    const uint64_t g = list != nullptr ? list[x] : x;
     // Every thread reads the descriptor and the offsets itself (broadcast loads, issued before
     // the barrier so they overlap the previous chunk's tail): no barrier to share them.
-    const uint32_t k = find_buffer(chunk_base, nbuf, g);
-    const uint64_t* d = desc + 8 * k;
-    const uint64_t* stream = enc + d[0];
-    const uint64_t c = g - chunk_base[k];
-    const uint64_t nvals = d[3];
-    const uint64_t layers = d[5];
-    const uint32_t nl = static_cast<uint32_t>(d[6]);
-    const uint64_t chunks = (nvals + cv - 1) / cv;
-    const uint32_t n = static_cast<uint32_t>(umin(cv, nvals - c * cv));
-    const uint64_t a = stream[kHeaderWords + c];
-    const uint64_t b = stream[kHeaderWords + c + 1];
-    U* const dst = out + d[2] + c * cv;
+    const ChunkAt<U> at(enc, desc, chunk_base, find_buffer(chunk_base, nbuf, g), g, cv, out);
+    const uint64_t c = at.c, layers = at.layers;
+    const uint32_t nl = at.nl, n = at.n, len = at.len;  // len fits W when at.ok
+    const uint64_t* const w = at.words;
+    U* const dst = at.dst;
     __syncthreads();  // the previous chunk is done with shared memory (W, A, FL, st)
-    // Offsets (format.rs chunk_range); uniform, so every thread takes the same branch.
-    if (a < kHeaderWords + chunks + 1 || b <= a || b > d[1] || b - a > raw_words(cv, bits)) {
+    if (!at.ok) {  // uniform, so every thread takes the same branch
       fail(g, kFaultOffset);
       continue;
     }
-    const uint32_t len = static_cast<uint32_t>(b - a);  // at most raw_words(cv): fits W
-    const uint64_t* w = stream + a;
     uint64_t acc = 0;
     for (uint32_t j = t; j < len; j += blockDim.x) {
       const uint64_t x = w[j];
@@ -623,13 +686,7 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
       continue;
     }
 
-    const uint32_t* const F = reinterpret_cast<const uint32_t*>(W + st.foff);
-    const uint32_t fw = static_cast<uint32_t>(st.fw);
-    const U fmask = static_cast<U>(value_mask(fw));
-    const U fmin = static_cast<U>(st.fmin);
-    auto final_value = [&](uint32_t q) -> U {
-      return static_cast<U>(fmin + unpack_bits(F, q, fw, fmask));
-    };
+    const FinalStream<U> final_value(W, st);
     uint32_t m = static_cast<uint32_t>(st.fcount);
     if (nl == 0) {  // bitpacking only: m == n
       for (uint32_t i = t; i < m; i += blockDim.x) dst[i] = final_value(i) ^ flip;
@@ -753,6 +810,168 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
   }
 }
 
+// The decode's fast path: one warp per chunk, no block barriers. The block decoder spends
+// most of its time at barriers and in per-run bookkeeping shared by 16 warps (ncu on an H200,
+// l_orderkey's rle+delta+rle+bp: 6.4 warp instructions per value, barrier stalls 47 % of the
+// time); one warp walks each layer in rows of 32 items with warp scans instead. It takes the
+// cascaded chunks of schemes of two layers or more whose words fit `w_cap` and whose inner
+// layers fit `a_cap` values; every other chunk (one layer or none, where the block decoder
+// measured faster; raw chunks; poorly compressed ones) is appended to `deferred` for the block
+// decoder, which runs next over that list. Checks and fault codes are the block decoder's
+// (parse_chunk, then each RLE layer's run sum before its items are written).
+//
+// Dynamic shared memory, per warp: the parsed header, W (w_cap words and one of padding), A
+// (a_cap values), FLB (run-start bits, one per item of a chunk). Rust: warp_decode_bytes in
+// src/cuda.rs.
+template <typename U>
+__device__ void decode_chunks_warp(const uint64_t* enc, const uint64_t* desc,
+                                   const uint64_t* chunk_base, uint32_t nbuf,
+                                   uint64_t total_chunks, uint32_t cv, uint32_t is_signed,
+                                   uint32_t w_cap, uint32_t a_cap, U* out, uint64_t* err,
+                                   uint64_t* deferred, uint64_t* deferred_len) {
+  using joinkit::kFullMask;
+  constexpr uint32_t bits = sizeof(U) * 8;
+  extern __shared__ __align__(16) unsigned char dyn[];
+  const uint32_t lane = joinkit::lane_id();
+  const uint32_t lanes_le = 0xffffffffu >> (joinkit::kWarpSize - 1 - lane);
+  // W has a word of padding past w_cap that nothing writes: unpack_bits reads up to two
+  // 32-bit words past a stream, and those reads must not meet A's writes.
+  const uint64_t stride = sizeof(ChunkHeader) + 8ull * (w_cap + 1) +
+                          sizeof(U) * uint64_t(a_cap) + 4ull * (cv / 32);
+  unsigned char* const mine = dyn + stride * joinkit::warp_id();
+  ChunkHeader& h = *reinterpret_cast<ChunkHeader*>(mine);
+  uint64_t* const W = reinterpret_cast<uint64_t*>(mine + sizeof(ChunkHeader));
+  U* const A = reinterpret_cast<U*>(W + w_cap + 1);
+  uint32_t* const FLB = reinterpret_cast<uint32_t*>(A + a_cap);
+  const U flip = is_signed ? static_cast<U>(U(1) << (bits - 1)) : U(0);
+  const uint64_t warps_per_block = blockDim.x / joinkit::kWarpSize;
+  auto fail = [&](uint64_t g, uint32_t code) {
+    if (lane == 0) atomicMin(reinterpret_cast<unsigned long long*>(err), (g << 8) | code);
+  };
+  auto defer = [&](uint64_t g) {
+    if (lane == 0)
+      deferred[atomicAdd(reinterpret_cast<unsigned long long*>(deferred_len), 1ull)] = g;
+  };
+
+  for (uint64_t g = blockIdx.x * warps_per_block + joinkit::warp_id(); g < total_chunks;
+       g += gridDim.x * warps_per_block) {
+    const ChunkAt<U> at(enc, desc, chunk_base, find_buffer_warp(chunk_base, nbuf, g), g, cv,
+                        out);
+    const uint64_t c = at.c, layers = at.layers;
+    const uint32_t nl = at.nl, n = at.n, len = at.len;
+    const uint64_t* const w = at.words;
+    U* const dst = at.dst;
+    __syncwarp();  // the previous chunk is done with this warp's shared memory
+    if (!at.ok) {
+      fail(g, kFaultOffset);
+      continue;
+    }
+    if (nl < 2 || len > w_cap) {
+      defer(g);
+      continue;
+    }
+    uint64_t acc = 0;
+    for (uint32_t j = lane; j < len; j += joinkit::kWarpSize) {
+      const uint64_t x = w[j];
+      W[j] = x;
+      if (j != 1) acc += word_term(x, j);
+    }
+    for (int sh = 16; sh > 0; sh >>= 1) acc += __shfl_xor_sync(kFullMask, acc, sh);
+    __syncwarp();  // W is complete
+    if (lane == 0) parse_chunk(W, len, n, c, acc, layers, nl, bits, h);
+    __syncwarp();  // h is filled
+    if (h.fault != 0) {
+      fail(g, static_cast<uint32_t>(h.fault));
+      continue;
+    }
+    // A holds the inner layers' outputs: at most lcount[0] values (RLE shortens, Delta keeps).
+    if (h.mode == kModeRaw || h.lcount[0] > a_cap) {
+      defer(g);
+      continue;
+    }
+    const FinalStream<U> final_value(W, h);
+    uint32_t m = static_cast<uint32_t>(h.fcount);
+    bool bad = false;
+    for (int l = static_cast<int>(nl) - 1; l >= 0; --l) {
+      const bool first = l == static_cast<int>(nl) - 1;  // input: the final stream, from W
+      const bool last = l == 0;  // output: global memory, else A (never both: nl >= 2)
+      if (((layers >> (8 * l)) & 0xff) == kLayerDelta) {
+        // In place in A: each lane rewrites the item it read.
+        U carry = static_cast<U>(h.lvalue[l]);
+        for (uint32_t row = 0; row < m; row += joinkit::kWarpSize) {
+          const uint32_t i = row + lane;
+          U x = i < m ? unzigzag(first ? final_value(i) : A[i]) : U(0);
+          x = static_cast<U>(joinkit::warp_inclusive_scan(x) + carry);
+          if (i < m) {
+            if (last) dst[i] = x ^ flip; else A[i] = x;
+          }
+          carry = __shfl_sync(kFullMask, x, joinkit::kWarpSize - 1);
+        }
+      } else {
+        const uint32_t before = l == 0 ? n : static_cast<uint32_t>(h.lcount[l - 1]);
+        const uint32_t r = static_cast<uint32_t>(h.lcount[l]);  // == m
+        const uint32_t* const runs = reinterpret_cast<const uint32_t*>(W + h.loff[l]);
+        const uint32_t lw = static_cast<uint32_t>(h.lwidth[l]);  // <= 32
+        const uint32_t lmask = static_cast<uint32_t>(value_mask(lw));
+        const uint32_t mn = static_cast<uint32_t>(h.lvalue[l]);  // 1 ..= before
+        // Lengths clamped to cv, so 32-bit sums cannot wrap (as the block decoder).
+        auto run_length = [&](uint32_t q) -> uint32_t {
+          const uint32_t x = unpack_bits(runs, q, lw, lmask);
+          return mn + (x < cv ? x : cv);
+        };
+        // The run sum first: no flag is set unless the runs tile the `before` items.
+        uint32_t total = 0;
+        for (uint32_t row = 0; row < r; row += joinkit::kWarpSize) {
+          const uint32_t q = row + lane;
+          total += __reduce_add_sync(kFullMask, q < r ? run_length(q) : 0u);
+        }
+        if (total != before) {
+          bad = true;  // warp-uniform
+          break;
+        }
+        const uint32_t words = (before + 31) / 32;
+        for (uint32_t x = lane; x < words; x += joinkit::kWarpSize) FLB[x] = 0;
+        __syncwarp();
+        uint32_t end = 0;  // items covered by the runs of earlier rows
+        for (uint32_t row = 0; row < r; row += joinkit::kWarpSize) {
+          const uint32_t q = row + lane;
+          const uint32_t len_q = q < r ? run_length(q) : 0u;
+          const uint32_t e = joinkit::warp_inclusive_scan(len_q) + end;
+          if (q < r) {
+            const uint32_t start = e - len_q;
+            atomicOr(FLB + start / 32, 1u << (start % 32));
+          }
+          end = __shfl_sync(kFullMask, e, joinkit::kWarpSize - 1);
+        }
+        if (first) {  // the run values, unpacked once each (r <= lcount[0] <= a_cap)
+          for (uint32_t q = lane; q < r; q += joinkit::kWarpSize) A[q] = final_value(q);
+        }
+        __syncwarp();  // FLB (and A) are complete
+        // Item i is in run (runs starting at or before i) - 1. Rows go from the last down:
+        // item i reads run q <= i, so writing A in place never overwrites a run value that a
+        // row still to come (earlier items) reads.
+        uint32_t runs_upto = r;  // runs starting before the end of the current row
+        for (uint32_t row = words; row-- > 0;) {
+          const uint32_t starts = FLB[row];
+          const uint32_t runs_before = runs_upto - __popc(starts);
+          const uint32_t i = row * joinkit::kWarpSize + lane;
+          const uint32_t q = runs_before + __popc(starts & lanes_le) - 1;
+          U v = 0;
+          if (i < before) v = A[q];
+          __syncwarp();  // every lane has read its run value before any lane writes
+          if (i < before) {
+            if (last) dst[i] = v ^ flip; else A[i] = v;
+          }
+          runs_upto = runs_before;
+        }
+        m = before;
+      }
+      __syncwarp();  // A is complete for the next layer
+    }
+    if (bad) fail(g, kFaultRuns);
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -781,8 +1000,10 @@ JOINKIT_CODEC_ENCODE(codec_encode_wide_u64, uint64_t, 16, 1)
 #define JOINKIT_CODEC_DECODE(NAME, U, IPT, MIN_BLOCKS)                                         \
   extern "C" __global__ void __launch_bounds__(kMaxThreads, MIN_BLOCKS)                  \
       NAME(const uint64_t* enc, const uint64_t* desc, const uint64_t* chunk_base, uint32_t nbuf, \
-           uint64_t total_chunks, uint32_t cv, uint32_t is_signed, U* out, uint64_t* err) {      \
-    decode_chunks<U, IPT>(enc, desc, chunk_base, nbuf, total_chunks, cv, is_signed, out, err);   \
+           uint64_t total_chunks, uint32_t cv, uint32_t is_signed, const uint64_t* list,         \
+           const uint64_t* list_len, U* out, uint64_t* err) {                                    \
+    decode_chunks<U, IPT>(enc, desc, chunk_base, nbuf, total_chunks, cv, is_signed, list,        \
+                          list_len, out, err);                                                   \
   }
 JOINKIT_CODEC_DECODE(codec_decode_u32, uint32_t, 8, kDecodeMinBlocks)
 JOINKIT_CODEC_DECODE(codec_decode_u64, uint64_t, 8, kDecodeMinBlocks)
@@ -790,6 +1011,21 @@ JOINKIT_CODEC_DECODE(codec_decode_u64, uint64_t, 8, kDecodeMinBlocks)
 JOINKIT_CODEC_DECODE(codec_decode_wide_u32, uint32_t, 16, 1)
 JOINKIT_CODEC_DECODE(codec_decode_wide_u64, uint64_t, 16, 1)
 #undef JOINKIT_CODEC_DECODE
+
+// The warp decoder (chunks up to 4096 values); `deferred` gets the chunks left to
+// `codec_decode_*`, `deferred_len` (zeroed by the caller) their number.
+#define JOINKIT_CODEC_DECODE_WARP(NAME, U)                                                     \
+  extern "C" __global__ void NAME(const uint64_t* enc, const uint64_t* desc,                   \
+                                  const uint64_t* chunk_base, uint32_t nbuf,                   \
+                                  uint64_t total_chunks, uint32_t cv, uint32_t is_signed,      \
+                                  uint32_t w_cap, uint32_t a_cap, U* out, uint64_t* err,       \
+                                  uint64_t* deferred, uint64_t* deferred_len) {                \
+    decode_chunks_warp<U>(enc, desc, chunk_base, nbuf, total_chunks, cv, is_signed, w_cap,     \
+                          a_cap, out, err, deferred, deferred_len);                            \
+  }
+JOINKIT_CODEC_DECODE_WARP(codec_decode_warp_u32, uint32_t)
+JOINKIT_CODEC_DECODE_WARP(codec_decode_warp_u64, uint64_t)
+#undef JOINKIT_CODEC_DECODE_WARP
 
 // Moves every encoded chunk from its slot to its place in the output and writes its offset.
 // pos: exclusive scan of sizes over all chunks; start: each stream's first word in `out`.

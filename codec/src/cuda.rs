@@ -55,6 +55,34 @@ fn chunk_kernel(encode: bool, bits: u32, cv: u32) -> (&'static str, u32) {
 /// Static shared memory of the chunk kernels, rounded up (ptxas reports 1168 bytes).
 const STATIC_SHARED: usize = 1280;
 
+/// The warp decoder (`codec_decode_warp_*`) is occupancy-bound: every warp decodes its chunks
+/// one after another, so its shared memory is sized to the data. Per warp it stages the
+/// longest chunk of the call (at most `WARP_STAGE_WORDS` words) and holds up to
+/// `WARP_VALUE_BYTES` of intermediate values; a chunk beyond either goes to the block decoder.
+/// l_orderkey's cascade, 4096 values per chunk, needs about 100 words and 1100 values. Measured
+/// on an H200 (its decode, GB/s): per-warp stage 256 words, 1536 values, 4 warps a block:
+/// 1041; 128 words, 1280 values: 1223, 2 warps a block: 1267, 8: 1210.
+const WARP_DECODE_BLOCK: u32 = 64;
+const WARP_STAGE_WORDS: u32 = 256;
+const WARP_VALUE_BYTES: u32 = 10 << 10;
+/// `sizeof(ChunkHeader)` in codec.cu.
+const CHUNK_HEADER_BYTES: usize = 304;
+
+/// Intermediate values a warp of the warp decoder holds.
+fn warp_values(bits: u32) -> u32 {
+    WARP_VALUE_BYTES / (bits / 8)
+}
+
+/// Shared memory of one warp of the warp decoder: the parsed header, `stage_words` staged
+/// words and one of padding, the intermediate values and one run-start bit per value of a
+/// chunk.
+fn warp_decode_bytes(stage_words: u32, cv: u32) -> usize {
+    CHUNK_HEADER_BYTES
+        + 8 * (stage_words as usize + 1)
+        + WARP_VALUE_BYTES as usize
+        + 4 * (cv as usize / 32)
+}
+
 /// Device scratch of the compressor: the chunk slots, and CUB's temporary storage for the scan.
 /// Reuse one across calls so steady-state compression allocates nothing large.
 #[derive(Debug, Default)]
@@ -386,6 +414,10 @@ pub struct DecompressPlan {
     desc: DeviceBuffer<u64>,
     chunks: u64,
     chunk_values: u32,
+    /// Words the warp decoder stages per chunk: the longest chunk of the streams whose
+    /// scheme it takes (two layers or more), rounded up, at most [`WARP_STAGE_WORDS`]; 0 when
+    /// no stream has such a scheme.
+    warp_stage_words: u32,
     encoded_len: usize,
     single: bool,
     bits: u32,
@@ -462,6 +494,19 @@ pub fn plan_decompress<T: Element>(
         &tables[table_at[k]..table_at[k] + info.chunks as usize + 1]
     })?;
     let bounds = value_bounds(&infos)?;
+    let longest_chunk = infos
+        .iter()
+        .enumerate()
+        .filter(|(_, info)| info.scheme.layers().len() >= 2)
+        .flat_map(|(k, info)| {
+            let table = &tables[table_at[k]..table_at[k] + info.chunks as usize + 1];
+            table.windows(2).map(|w| w[1] - w[0])
+        })
+        .max()
+        .unwrap_or(0);
+    let warp_stage_words = longest_chunk
+        .next_multiple_of(8)
+        .min(u64::from(WARP_STAGE_WORDS)) as u32;
     let mut chunk_base = Vec::with_capacity(nbuf + 1);
     let mut desc = Vec::with_capacity(8 * nbuf);
     let mut g = 0u64;
@@ -489,6 +534,7 @@ pub fn plan_decompress<T: Element>(
         chunk_values: infos
             .first()
             .map_or(crate::DEFAULT_CHUNK_VALUES, |i| i.chunk_values),
+        warp_stage_words,
         encoded_len: encoded.len(),
         single,
         bits: T::BITS,
@@ -521,8 +567,49 @@ pub fn finish_decompress<T: Element>(
     if plan.chunks == 0 {
         return Ok(plan.bounds.clone());
     }
-    let err = backend.upload(&[u64::MAX])?;
+    // The fault word (lowest failing chunk << 8 | code) and the warp decoder's deferred count.
+    let status = backend.upload(&[u64::MAX, 0])?;
     let cv = plan.chunk_values;
+    let enc = encoded.device_ptr(backend.stream()).0;
+    let op = out.device_ptr_mut(backend.stream()).0;
+    let (dp, cb, ep) = (
+        plan.desc.device_ptr(),
+        plan.chunk_base_dev.device_ptr(),
+        status.device_ptr(),
+    );
+    let nbuf = (plan.chunk_base.len() - 1) as u32;
+    let signed = u32::from(plan.signed);
+    // Chunks of up to 4096 values of a scheme with two layers or more: the warp decoder
+    // first; the block decoder then takes the chunks it deferred. Otherwise the block decoder
+    // takes all.
+    let mut deferred = None;
+    if cv <= WIDE_ABOVE && plan.warp_stage_words > 0 {
+        let list = backend.alloc::<u64>(plan.chunks as usize)?;
+        let name = if T::BITS == 32 {
+            "codec_decode_warp_u32"
+        } else {
+            "codec_decode_warp_u64"
+        };
+        let f = backend.function(&KERNELS, name)?;
+        let (w_cap, a_cap) = (plan.warp_stage_words, warp_values(T::BITS));
+        let warps = (WARP_DECODE_BLOCK / 32) as usize;
+        let smem = warps * warp_decode_bytes(w_cap, cv);
+        let cfg = chunk_config(backend, &f, cv, WARP_DECODE_BLOCK, smem, plan.chunks)?;
+        let (lp, lenp) = (list.device_ptr(), ep + 8);
+        let mut b = backend.stream().launch_builder(&f);
+        b.arg(&enc).arg(&dp).arg(&cb).arg(&nbuf).arg(&plan.chunks);
+        b.arg(&plan.chunk_values)
+            .arg(&signed)
+            .arg(&w_cap)
+            .arg(&a_cap);
+        b.arg(&op).arg(&ep).arg(&lp).arg(&lenp);
+        // SAFETY: as the block decoder's launch below; the kernel stages only chunks of at
+        // most `w_cap` words and decodes only chunks whose inner layers fit `a_cap` values (its
+        // shared memory, sized by warp_decode_bytes for both), and appends every other chunk
+        // id once to `list`, which holds one slot per chunk.
+        unsafe { b.launch(cfg) }.map_err(driver("launching codec_decode_warp"))?;
+        deferred = Some(list);
+    }
     let (name, block) = chunk_kernel(false, T::BITS, cv);
     let f = backend.function(&KERNELS, name)?;
     // The chunk's words (a raw chunk is the longest valid one), one value buffer and one byte
@@ -530,25 +617,26 @@ pub fn finish_decompress<T: Element>(
     let smem = raw_chunk_words(u64::from(cv), T::BITS) as usize * 8
         + cv as usize * (T::BITS as usize / 8 + 1);
     let cfg = chunk_config(backend, &f, cv, block, smem, plan.chunks)?;
-    let enc = encoded.device_ptr(backend.stream()).0;
-    let op = out.device_ptr_mut(backend.stream()).0;
-    let (dp, cb, ep) = (
-        plan.desc.device_ptr(),
-        plan.chunk_base_dev.device_ptr(),
-        err.device_ptr(),
-    );
-    let nbuf = (plan.chunk_base.len() - 1) as u32;
-    let signed = u32::from(plan.signed);
+    let (lp, lenp) = deferred
+        .as_ref()
+        .map_or((0, 0), |list| (list.device_ptr(), ep + 8));
     let mut b = backend.stream().launch_builder(&f);
     b.arg(&enc).arg(&dp).arg(&cb).arg(&nbuf).arg(&plan.chunks);
-    b.arg(&plan.chunk_values).arg(&signed).arg(&op).arg(&ep);
+    b.arg(&plan.chunk_values)
+        .arg(&signed)
+        .arg(&lp)
+        .arg(&lenp)
+        .arg(&op)
+        .arg(&ep);
     // SAFETY: every stream's header and offset table were validated on the host against the
     // stream's range inside `encoded` (same length as planned); the kernel re-checks each
     // chunk's offsets (so the chunk fits its shared-memory copy) before reading it once, checks
     // its header and checksum before decoding, and writes only its chunk's values at the
-    // stream's output offset, inside `out` (length checked).
+    // stream's output offset, inside `out` (length checked). The list, when given, holds
+    // `*lenp` chunk ids below `plan.chunks`, written by the warp decoder queued before.
     unsafe { b.launch(cfg) }.map_err(driver("launching codec_decode"))?;
-    let fault = fetch(backend, &err)?[0];
+    drop(deferred);
+    let fault = fetch(backend, &status)?[0];
     if fault != u64::MAX {
         let g = fault >> 8;
         let k = plan.chunk_base.partition_point(|&c| c <= g) - 1;
