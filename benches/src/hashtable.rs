@@ -35,8 +35,8 @@ pub(crate) struct HashtableArgs {
     /// Key width in bits: 32 or 64.
     #[arg(long, default_value_t = 32)]
     key_bits: u32,
-    /// Insert orders of the open-addressing builds: auto (clustered when the table is larger
-    /// than the L2 cache), input, clustered (keys hash-partitioned by home-slot region first).
+    /// Insert orders of the open-addressing GPU builds: auto (clustered for tables of 4x the
+    /// L2 cache and more), input, clustered (keys hash-partitioned by home-slot region first).
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     build_orders: Vec<Order>,
 }

@@ -39,7 +39,7 @@ __device__ __forceinline__ uint64_t block_sum(uint64_t v, uint64_t* smem) {
 // ballot and shuffle): a warp never idles behind its longest probe sequence. (With one key per
 // lane per round, lanes waited for the round's longest sequence: ncu counted 12 of 32 active.)
 // `rows` gives each key's build row (keys clustered by a hash partition), or is null: key i is
-// row i. Block b inserts rows [b * tile, (b + 1) * tile).
+// row i. Block b inserts keys [b * tile, (b + 1) * tile).
 template <typename Table, typename K>
 __device__ void build_open(const RawTable& raw, const K* keys, const uint32_t* rows, uint64_t n,
                            uint64_t tile, uint32_t* status) {
@@ -51,7 +51,7 @@ __device__ void build_open(const RawTable& raw, const K* keys, const uint32_t* r
   const uint32_t lanes_before = (1u << lane) - 1;
   auto full = [&] { return (*reinterpret_cast<const volatile uint32_t*>(status) & kStatusFull) != 0; };
   const uint64_t tile_end = min(n, (static_cast<uint64_t>(blockIdx.x) + 1) * tile);
-  // Rows of the batch at `first` (0 past the tile's end or once the table is full);
+  // Keys of the batch at `first` (0 past the tile's end or once the table is full);
   // warp-uniform.
   auto batch_len = [&](uint64_t first) -> uint32_t {
     const bool stop = __any_sync(kFullMask, full());
@@ -59,7 +59,7 @@ __device__ void build_open(const RawTable& raw, const K* keys, const uint32_t* r
                ? static_cast<uint32_t>(tile_end - first < 32 ? tile_end - first : 32)
                : 0u;
   };
-  // The warp's batch: rows [batch, batch + avail), row batch + j's key held by lane j; lanes
+  // The warp's batch: keys [batch, batch + avail), key batch + j held by lane j; lanes
   // [0, taken) of it are handed out.
   uint64_t batch = static_cast<uint64_t>(blockIdx.x) * tile + threadIdx.x - lane;
   uint32_t avail = batch_len(batch), taken = 0;

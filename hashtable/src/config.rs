@@ -64,7 +64,8 @@ pub enum Probing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum BuildOrder {
     /// [`BuildOrder::Clustered`] when the table's slots take at least four times the device's
-    /// L2 cache (where it measured faster), else [`BuildOrder::Input`].
+    /// L2 cache (where it measured faster) and the device has room for the keys' copy, else
+    /// [`BuildOrder::Input`].
     #[default]
     Auto,
     /// Keys inserted as they come.

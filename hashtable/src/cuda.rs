@@ -176,7 +176,9 @@ fn tile_config(backend: &CudaBackend, tiles: usize) -> LaunchConfig {
 /// # Safety
 /// `raw` must describe live device memory of the layout `kind`, `probing` and `K` name, with
 /// `raw.capacity` slots plus the sentinel slot for [`TableKind::KeyValue`]; `keys` must hold
-/// the table's build keys (in any order `rows` describes), every row below `raw.rows`.
+/// the table's build keys (in any order `rows` describes), every row below `raw.rows`;
+/// `raw.keys` stays the build key column in input order (probes of [`TableKind::HashRow`]
+/// read `keys[row]` from it).
 pub unsafe fn build_open_raw<K: Key>(
     backend: &CudaBackend,
     kind: TableKind,
@@ -186,13 +188,7 @@ pub unsafe fn build_open_raw<K: Key>(
     rows: Option<&CudaView<'_, u32>>,
     status: &mut CudaViewMut<'_, u32>,
 ) -> Result<()> {
-    Error::check_len("build status words", status.len(), 2)?;
-    if keys.len() > MAX_BUILD_ROWS {
-        return Err(Error::SizeOverflow("build side over 2^32 - 2 rows"));
-    }
-    if let Some(rows) = rows {
-        Error::check_len("build rows vs keys", keys.len(), rows.len())?;
-    }
+    check_build_args(keys.len(), rows.map(|r| r.len()), status.len())?;
     if keys.is_empty() || kind == TableKind::Chained {
         return Ok(());
     }
@@ -205,9 +201,10 @@ pub unsafe fn build_open_raw<K: Key>(
     );
     // Clustered keys: short tiles, so the blocks in flight (which start in index order) work
     // on a narrow band of the input and so of the table; input order: one tile per resident
-    // block, so warps run long. Measured on an H200, 2^27 keys: 8-byte slots 4096 rows against
-    // 2048 or 8192 12-25 % faster, 16-byte slots 2048 against 4096 8 % faster; whole chunks
-    // in input order 15 % faster than 4096-row tiles.
+    // block, so warps run long. Measured on an H200, 2^27 keys at load 0.5 (0.8): 8-byte
+    // slots, 4096 rows 16.1 (15.0) G keys/s against 2048 14.9 (13.2) and 8192 12.8 (15.4);
+    // 16-byte slots, 2048 rows 11.5 against 4096 10.6; input order in whole chunks 11.2
+    // against 9.5 in 4096-row tiles.
     let tile = if rows.is_some() {
         CLUSTERED_TILE_SLOT_BYTES / (8 * words_per_slot::<K>(kind))
     } else {
@@ -236,9 +233,24 @@ pub unsafe fn build_open_raw<K: Key>(
         .map_err(driver("launching a hash-table kernel"))
 }
 
-/// Threads per block of the open-addressing build, and the slot bytes a block's tile of
-/// clustered keys covers (4096 rows of 8-byte slots).
+/// The argument checks of [`build_open_raw`] and [`build_clustered_raw`].
+fn check_build_args(keys: usize, rows: Option<usize>, status: usize) -> Result<()> {
+    Error::check_len("build status words", status, 2)?;
+    if keys > MAX_BUILD_ROWS {
+        return Err(Error::SizeOverflow("build side over 2^32 - 2 rows"));
+    }
+    if let Some(rows) = rows {
+        Error::check_len("build rows vs keys", keys, rows)?;
+    }
+    Ok(())
+}
+
+/// Threads per block of the open-addressing build.
 const BUILD_BLOCK: u32 = 256;
+
+/// The slot bytes of the rows of a block's tile of clustered keys: 4096 rows of 8-byte slots,
+/// 2048 of 16-byte slots (the tile's keys land in a band of the table `1 / load factor`
+/// times as wide).
 const CLUSTERED_TILE_SLOT_BYTES: usize = 32 << 10;
 
 /// [`BuildOrder::Auto`] clusters tables of at least this many times the L2 cache. Measured on
@@ -252,7 +264,8 @@ const CLUSTER_FROM_L2S: usize = 4;
 const MAX_CLUSTERS: usize = 256;
 
 /// Partitions of a clustered build of a table of `table_bytes`: regions of at most a quarter
-/// of the L2 cache, so the one being filled and its neighbours stay resident.
+/// of the L2 cache, so the one being filled and its neighbours stay resident, up to
+/// [`MAX_CLUSTERS`] (past 64 times the L2 the regions grow instead).
 fn cluster_fanout(table_bytes: usize, l2_bytes: usize) -> usize {
     let region = (l2_bytes / 4).max(1);
     table_bytes
@@ -263,8 +276,10 @@ fn cluster_fanout(table_bytes: usize, l2_bytes: usize) -> usize {
 
 /// [`build_open_raw`] in [`BuildOrder::Clustered`] order: hash-partitions (key, row) by the
 /// hash bits that choose the home slot (the partition's multiply-shift of the same seeded
-/// hash maps onto slot ranges in order), then inserts partition by partition. Allocates
-/// `keys.len()` keys and row ids and the partition's scratch, freed when the queued work ends.
+/// hash maps onto slot ranges in order), then inserts them in that order in one launch whose
+/// tiles start in index order, so the inserts in flight fall in a narrow band of the table.
+/// Allocates `keys.len()` keys and row ids and the partition's scratch, freed when the queued
+/// work ends; an allocation failure leaves nothing queued.
 ///
 /// # Errors
 /// As [`build_open_raw`]; allocation and driver errors.
@@ -279,6 +294,7 @@ pub unsafe fn build_clustered_raw<K: Key>(
     keys: &CudaView<'_, K>,
     status: &mut CudaViewMut<'_, u32>,
 ) -> Result<()> {
+    check_build_args(keys.len(), None, status.len())?;
     if keys.is_empty() || kind == TableKind::Chained {
         return Ok(());
     }
@@ -570,9 +586,19 @@ impl HashTables for CudaBackend {
         // SAFETY: `raw` describes the slots just allocated and emptied for this kind, probing
         // and key width (with the sentinel slot), and the build keys in input order.
         unsafe {
-            if clustered {
-                build_clustered_raw(self, kind, probing, raw, &view, &mut status_view)?;
-            } else {
+            let clustered_done = clustered
+                && match build_clustered_raw(self, kind, probing, raw, &view, &mut status_view) {
+                    Ok(()) => true,
+                    // Auto's clustering found no room for its copy of the keys (nothing was
+                    // queued): input order needs none.
+                    Err(Error::OutOfDeviceMemory { .. })
+                        if config.build_order_policy() == BuildOrder::Auto =>
+                    {
+                        false
+                    }
+                    Err(e) => return Err(e),
+                };
+            if !clustered_done {
                 build_open_raw(self, kind, probing, raw, &view, None, &mut status_view)?;
             }
         }
@@ -675,5 +701,20 @@ impl HashTables for CudaBackend {
         Error::check_len("build flags vs build rows", build_flags.len(), table.rows())?;
         check_probe_rows(probe.len())?;
         mark_matched(self, table, &probe.view(), &mut build_flags.view_mut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_fanout_keeps_regions_to_a_quarter_of_l2() {
+        let l2 = 60 << 20;
+        assert_eq!(cluster_fanout(1, l2), 2);
+        assert_eq!(cluster_fanout(100 << 20, l2), 8);
+        assert_eq!(cluster_fanout(1 << 30, l2), 128);
+        assert_eq!(cluster_fanout(2 << 30, l2), 256);
+        assert_eq!(cluster_fanout(64 << 30, l2), MAX_CLUSTERS);
     }
 }

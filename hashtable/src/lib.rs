@@ -13,8 +13,8 @@
 //! Open addressing probes linearly or by double hashing ([`Probing`]); its capacity comes from
 //! a load factor (default 0.5) or is given. On the GPU a table much larger than the L2 cache is
 //! built from keys hash-partitioned by home-slot region first ([`BuildOrder`]), so its inserts
-//! hit L2 instead of read-modify-writing DRAM at random. Every key value can be inserted, the empty-slot
-//! sentinel (`K::MAX`) included. Every loop is bounded, so a table too small for its build side
+//! hit L2 instead of read-modify-writing DRAM at random. Every key value can be inserted, the
+//! empty-slot sentinel (`K::MAX`) included. Every loop is bounded, so a table too small for its build side
 //! is [`Error::TableFull`], never a hang.
 //!
 //! Operations: [`HashTables::build_table`]; count, allocate, retrieve

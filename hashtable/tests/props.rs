@@ -224,21 +224,79 @@ fn check_tables<K: Key + Arbitrary>(test: &str) {
         .prop_flat_map(|(build, probe)| {
             (Just(build), Just(probe), 0..configs().len(), 1usize..700)
         });
+    // The CPU twin checks one configuration per case (it builds every order alike); the GPU,
+    // where the orders differ, checks them all.
+    let unique_if = |config: &TableConfig, build: &[K]| {
+        if config.kind() == TableKind::KeyValue {
+            dedup(build)
+        } else {
+            build.to_vec()
+        }
+    };
     runner()
         .run(&case, |(build, probe, ci, chunk)| {
             let config = configs()[ci];
-            let build = if config.kind() == TableKind::KeyValue {
-                dedup(&build)
-            } else {
-                build
-            };
-            check_backend(&CpuBackend::new(), &build, &probe, &config, chunk)?;
+            let keys = unique_if(&config, &build);
+            check_backend(&CpuBackend::new(), &keys, &probe, &config, chunk)?;
             if let Some(g) = &gpu {
-                check_backend(g, &build, &probe, &config, chunk)?;
+                for config in configs() {
+                    check_backend(g, &unique_if(&config, &build), &probe, &config, chunk)?;
+                }
             }
             Ok(())
         })
         .unwrap();
+}
+
+/// Clustered builds over several tiles (the last one partial) and a table found full by the
+/// kernel across several blocks, in both orders, for every open-addressing configuration.
+#[test]
+fn clustered_tiles_gpu() {
+    let Some(g) = gpu("clustered_tiles_gpu") else {
+        return;
+    };
+    clustered_tiles_on::<u32>(&g);
+    clustered_tiles_on::<u64>(&g);
+}
+
+fn clustered_tiles_on<K: Key>(b: &impl HashTables) {
+    let n = 3 * 4096 + 17;
+    // Distinct keys (an odd multiplier is a bijection), the last row the sentinel value.
+    let key = |i: u64| K::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut build: Vec<K> = (0..n as u64).map(key).collect();
+    build[n - 1] = K::MAX;
+    let keys = b.upload(&build).unwrap();
+    let mut probe = build.clone();
+    probe.extend((0..64).map(|i| key(n as u64 + i)));
+    let probe_buf = b.upload(&probe).unwrap();
+    for config in configs()
+        .into_iter()
+        .filter(|c| c.kind() != TableKind::Chained)
+    {
+        let table = b.build_table(&keys, &config).unwrap();
+        let found = b.download(&b.find(&table, &probe_buf).unwrap()).unwrap();
+        let want: Vec<u32> = (0..n as u32)
+            .chain(std::iter::repeat_n(NOT_FOUND, 64))
+            .collect();
+        assert_eq!(found, want, "{config:?}");
+    }
+    // 9001 distinct keys, none the sentinel, into 9000 slots (+ the sentinel slot): only the
+    // kernel can tell the table is full.
+    let over: Vec<K> = (0..9001u64).map(|i| key(i + 1)).collect();
+    let over = b.upload(&over).unwrap();
+    for order in [BuildOrder::Input, BuildOrder::Clustered] {
+        let c = TableConfig::key_value().capacity(9000).build_order(order);
+        assert!(
+            matches!(
+                b.build_table(&over, &c),
+                Err(Error::TableFull {
+                    capacity: 9000,
+                    rows: 9001
+                })
+            ),
+            "{order:?}"
+        );
+    }
 }
 
 #[test]
