@@ -10,8 +10,10 @@
 // `compact_chunks` copies each chunk to its final place and writes its offset; the stream
 // headers are built on the host (they depend only on counts) and scattered by `copy_segments`.
 //
-// Decode: the host has validated every stream header and offset table; `decode_chunks`
-// re-checks the chunk's offsets, reads the chunk once into shared memory while summing its
+// Decode: the host has validated every stream header and offset table. `decode_chunks_warp`
+// (one warp per chunk, for cascades of two layers or more whose chunks fit its shared memory)
+// runs first over all chunks of all buffers and defers the others to `decode_chunks` (one
+// block per chunk), which runs over that list. Both re-check the chunk's offsets, reads the chunk once into shared memory while summing its
 // checksum, validates the chunk header and checksum before writing any output, and checks the
 // RLE run sums; a failing chunk records (global chunk << 8 | fault code) with atomicMin in `err`
 // and writes nothing more (a chunk failing its run sums may have written nothing either: the

@@ -9,8 +9,9 @@
 //!   moves the chunks into the caller's output and writes the headers (no synchronization).
 //! - [`plan_decompress`] reads every stream header and offset table back and validates them on
 //!   the host (synchronizes); [`finish_decompress`] decodes all chunks of all streams in one
-//!   launch and reads the fault word back (synchronizes), so corruption found on the device
-//!   is reported as [`Error::Corrupt`] before it returns.
+//!   launch (a warp per chunk; a second launch, a block per chunk, takes the chunks that do
+//!   not suit a warp) and reads the fault word back (synchronizes), so corruption found on
+//!   the device is reported as [`Error::Corrupt`] before it returns.
 
 use std::ops::Range;
 
@@ -543,7 +544,8 @@ pub fn plan_decompress<T: Element>(
 }
 
 /// Decodes every chunk of every planned stream into `out` (exactly
-/// [`DecompressPlan::values`] values) with one fused launch, then reads the fault word back
+/// [`DecompressPlan::values`] values) with one fused launch (and one more for the chunks a
+/// warp does not take: one layer or none, raw, or too long), then reads the fault word back
 /// (synchronizes). `encoded` must be the stream the plan was made from. Returns the bounds of
 /// each stream's values.
 ///
