@@ -150,8 +150,9 @@ pub trait Codec: Backend {
 
     /// Decompresses the streams at `ranges` of `encoded` (as [`Codec::compress_many`] returns
     /// them) into one column, back to back; returns it with the `ranges.len() + 1` bounds of
-    /// each buffer's values. All streams must share one chunk size. On CUDA all buffers are
-    /// decoded by one fused launch.
+    /// each buffer's values. All streams must share one chunk size; their schemes may differ.
+    /// On CUDA all buffers are decoded by one fused launch (and one more for the chunks that
+    /// launch's warps leave to blocks).
     ///
     /// # Errors
     /// As [`Codec::decompress`], naming the buffer; [`Error::InvalidArgument`] for ranges

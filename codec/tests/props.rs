@@ -652,6 +652,52 @@ fn decode_paths_gpu() {
     }
 }
 
+/// Streams of different schemes decoded by one many-stream call: the warp decoder takes the
+/// cascades' chunks and leaves the others (one layer or none, raw) to the block decoder, within
+/// one call; every buffer must come back whole.
+#[test]
+fn mixed_schemes_many_gpu() {
+    let Some(g) = gpu("mixed_schemes_many_gpu") else {
+        return;
+    };
+    let cpu = CpuBackend::new();
+    let n = 20_011;
+    let schemes = [
+        "rle+delta+rle+bp",
+        "bp",
+        "rle+bp",
+        "rle+delta+bp",
+        "delta+bp",
+    ];
+    let b = [0, 1, 4097, 4097, 9000, 15_000, n];
+    for bits in decode_shapes(n) {
+        for cv in [256u32, 4096] {
+            let opts = CodecOptions { chunk_values: cv };
+            let data: Vec<u64> = bits.clone();
+            let (mut words, mut ranges) = (Vec::new(), Vec::new());
+            for k in 0..b.len() - 1 {
+                let scheme: Scheme = schemes[k % schemes.len()].parse().unwrap();
+                let enc = cpu
+                    .compress(&data[b[k]..b[k + 1]].to_vec(), &scheme, &opts)
+                    .unwrap();
+                ranges.push(words.len()..words.len() + enc.len());
+                words.extend(enc);
+            }
+            let (want, bounds) = cpu.decompress_many::<u64>(&words, &ranges).unwrap();
+            assert_eq!(
+                (&want, bounds.as_slice()),
+                (&data, &b[..]),
+                "CPU, chunks of {cv}"
+            );
+            let gw = g.upload(&words).unwrap();
+            let mut out = g.alloc::<u64>(n).unwrap();
+            g.fill(&mut out, joinkit_cuda::testing::POISON_U64).unwrap();
+            assert_eq!(g.decompress_many_into(&gw, &ranges, &mut out).unwrap(), b);
+            assert!(g.download(&out).unwrap() == data, "chunks of {cv}");
+        }
+    }
+}
+
 /// Re-seals chunk `c` (words `a..b` of `words`) with the checksum of FORMAT.md, so a change to
 /// its fields reaches the decoders' later checks.
 fn reseal_chunk(words: &mut [u64], a: usize, b: usize, c: u64) {
