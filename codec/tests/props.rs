@@ -655,6 +655,7 @@ fn decode_paths_gpu() {
 /// Streams of different schemes decoded by one many-stream call: the warp decoder takes the
 /// cascades' chunks and leaves the others (one layer or none, raw) to the block decoder, within
 /// one call; every buffer must come back whole.
+#[cfg(feature = "cuda")]
 #[test]
 fn mixed_schemes_many_gpu() {
     let Some(g) = gpu("mixed_schemes_many_gpu") else {
