@@ -13,9 +13,9 @@
 // Decode: the host has validated every stream header and offset table. `decode_chunks_warp`
 // (one warp per chunk, for cascades of two layers or more whose chunks fit its shared memory)
 // runs first over all chunks of all buffers and defers the others to `decode_chunks` (one
-// block per chunk), which runs over that list. Both re-check the chunk's offsets, reads the chunk once into shared memory while summing its
-// checksum, validates the chunk header and checksum before writing any output, and checks the
-// RLE run sums; a failing chunk records (global chunk << 8 | fault code) with atomicMin in `err`
+// block per chunk), which runs over that list. Both re-check the chunk's offsets, read the
+// chunk once into shared memory while summing its checksum, validate the chunk header and
+// checksum before writing any output, and check the RLE run sums; a failing chunk records (global chunk << 8 | fault code) with atomicMin in `err`
 // and writes nothing more (a chunk failing its run sums may have written nothing either: the
 // check comes before its outermost layer writes).
 #include <stdint.h>
@@ -622,6 +622,29 @@ struct FinalStream {
   }
 };
 
+// RLE layer l of a parsed chunk staged at W: the items it expands to (`before`: the next outer
+// layer's count, or the chunk's values for layer 0), its runs, and run q's length. Lengths are
+// clamped to cv, so 32-bit sums of them cannot wrap (a clamped length exceeds `before` alone,
+// so the run-sum check fails exactly when it would unclamped).
+struct RleLayer {
+  uint32_t before, runs;
+  const uint32_t* lengths;
+  uint32_t width, mask, min, cap;
+  __device__ __forceinline__ RleLayer(const uint64_t* W, const ChunkHeader& h, int l, uint32_t n,
+                                      uint32_t cv)
+      : before(l == 0 ? n : static_cast<uint32_t>(h.lcount[l - 1])),
+        runs(static_cast<uint32_t>(h.lcount[l])),
+        lengths(reinterpret_cast<const uint32_t*>(W + h.loff[l])),
+        width(static_cast<uint32_t>(h.lwidth[l])),  // <= 32
+        mask(static_cast<uint32_t>(value_mask(width))),
+        min(static_cast<uint32_t>(h.lvalue[l])),  // 1 ..= before
+        cap(cv) {}
+  __device__ __forceinline__ uint32_t length(uint32_t q) const {
+    const uint32_t x = unpack_bits(lengths, q, width, mask);
+    return min + (x < cap ? x : cap);
+  }
+};
+
 // desc: as ChunkAt reads it.
 // Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits), A (cv values), FL (run
 // start flags, one byte per value). Block: cv / IPT threads. Decodes the chunks list[0 ..
@@ -726,28 +749,18 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
           }
         }
       } else {
-        const uint32_t before = l == 0 ? n : static_cast<uint32_t>(st.lcount[l - 1]);
-        const uint32_t r = static_cast<uint32_t>(st.lcount[l]);  // == m
-        const uint32_t* const runs = reinterpret_cast<const uint32_t*>(W + st.loff[l]);
-        const uint32_t lw = static_cast<uint32_t>(st.lwidth[l]);  // <= 32
-        const uint32_t lmask = static_cast<uint32_t>(value_mask(lw));
-        const uint32_t mn = static_cast<uint32_t>(st.lvalue[l]);  // 1 ..= before
+        const RleLayer rle(W, st, l, n, cv);
+        const uint32_t before = rle.before, r = rle.runs;  // r == m
         // Clear the flags of the `before` items (the scan's barrier orders this before they are
         // set; the previous layer's readers passed the barrier at its end).
         for (uint32_t x = t; x < (before + 7) / 8; x += blockDim.x)
           reinterpret_cast<uint64_t*>(FL)[x] = 0;
-        // Run lengths, each clamped to cv so the 32-bit sums cannot wrap (a clamped length
-        // exceeds `before` alone, so the sum check fails exactly when it did unclamped).
         const uint32_t rrows = live_rows<IPT>(r);
-        auto run_length = [&](uint32_t q) -> uint32_t {
-          const uint32_t x = unpack_bits(runs, q, lw, lmask);
-          return mn + (x < cv ? x : cv);
-        };
         uint32_t e[IPT];
 #pragma unroll
         for (uint32_t j = 0; j < IPT; ++j) {
           const uint32_t q = row_item<IPT>(j);
-          e[j] = j < rrows && q < r ? run_length(q) : 0u;
+          e[j] = j < rrows && q < r ? rle.length(q) : 0u;
         }
         if (block_scan_live(e, rrows, reinterpret_cast<uint32_t*>(st.scan)) != before) {
           bad = true;  // uniform: every thread has the total
@@ -761,7 +774,7 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
         for (uint32_t j = 0; j < IPT; ++j) {
           const uint32_t q = row_item<IPT>(j);
           if (j < rrows && q < r) {
-            const uint32_t s = e[j] - run_length(q);  // unpacked again: fewer live registers
+            const uint32_t s = e[j] - rle.length(q);  // unpacked again: fewer live registers
             FL[s] = 1;
             for (uint32_t x = s / kWarpItems + 1; x < warps && x * kWarpItems <= e[j]; ++x)
               wrun[x] = q + 1;
@@ -910,22 +923,13 @@ __device__ void decode_chunks_warp(const uint64_t* enc, const uint64_t* desc,
           carry = __shfl_sync(kFullMask, x, joinkit::kWarpSize - 1);
         }
       } else {
-        const uint32_t before = l == 0 ? n : static_cast<uint32_t>(h.lcount[l - 1]);
-        const uint32_t r = static_cast<uint32_t>(h.lcount[l]);  // == m
-        const uint32_t* const runs = reinterpret_cast<const uint32_t*>(W + h.loff[l]);
-        const uint32_t lw = static_cast<uint32_t>(h.lwidth[l]);  // <= 32
-        const uint32_t lmask = static_cast<uint32_t>(value_mask(lw));
-        const uint32_t mn = static_cast<uint32_t>(h.lvalue[l]);  // 1 ..= before
-        // Lengths clamped to cv, so 32-bit sums cannot wrap (as the block decoder).
-        auto run_length = [&](uint32_t q) -> uint32_t {
-          const uint32_t x = unpack_bits(runs, q, lw, lmask);
-          return mn + (x < cv ? x : cv);
-        };
+        const RleLayer rle(W, h, l, n, cv);
+        const uint32_t before = rle.before, r = rle.runs;  // r == m
         // The run sum first: no flag is set unless the runs tile the `before` items.
         uint32_t total = 0;
         for (uint32_t row = 0; row < r; row += joinkit::kWarpSize) {
           const uint32_t q = row + lane;
-          total += __reduce_add_sync(kFullMask, q < r ? run_length(q) : 0u);
+          total += __reduce_add_sync(kFullMask, q < r ? rle.length(q) : 0u);
         }
         if (total != before) {
           bad = true;  // warp-uniform
@@ -937,7 +941,7 @@ __device__ void decode_chunks_warp(const uint64_t* enc, const uint64_t* desc,
         uint32_t end = 0;  // items covered by the runs of earlier rows
         for (uint32_t row = 0; row < r; row += joinkit::kWarpSize) {
           const uint32_t q = row + lane;
-          const uint32_t len_q = q < r ? run_length(q) : 0u;
+          const uint32_t len_q = q < r ? rle.length(q) : 0u;
           const uint32_t e = joinkit::warp_inclusive_scan(len_q) + end;
           if (q < r) {
             const uint32_t start = e - len_q;

@@ -574,7 +574,6 @@ __device__ void bucket_chain(const K* __restrict__ keys, K* pool_keys, uint64_t 
 // digit (bits [shift, shift + log2(mask + 1))).
 //
 // By binary search, one per offset: fanout * log2(n) reads, for fan-outs small against n.
-
 template <typename K>
 __device__ void offsets_sorted(const K* __restrict__ keys, uint64_t n, uint32_t shift,
                                uint64_t mask, uint64_t* offsets, uint64_t fanout) {
