@@ -24,7 +24,8 @@ use crate::copart::{
 
 static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 
-/// Threads per block of the match kernels. Three such blocks fit an SM (48 warps; registers,
+/// Threads per block of the match kernels (`kJoinBlock` in kernels/phj.cu, which sizes the
+/// one-pass join's rounds by it). Three such blocks fit an SM (48 warps; registers,
 /// up to 40 a thread, and the shared memory CUDA reserves per block allow no fourth), against
 /// four blocks of 256 threads (32 warps): H200, 2^27 ⋈ 2^28, 4-byte match 3.35 ms against 5.0,
 /// 8-byte 4.6 against 6.3.
@@ -44,7 +45,9 @@ fn blocks_per_sm<K: Key>() -> usize {
 /// of the table's budget.
 const STATIC_SHARED: usize = 1024;
 
-/// Probe pieces are this many build pieces long.
+/// Probe pieces are this many build pieces long (each is a work item that builds its
+/// partition's table again; 16 instead of 4 made the Zipf 1.0 match slower on an H200, 3.3
+/// against 3.1 ms).
 const PROBE_CHUNK_FACTOR: usize = 4;
 
 /// Shared bytes of a table for `capacity` rows of `key_bytes`-byte keys: keys (16-byte
@@ -169,6 +172,28 @@ fn stats_of(b: &CudaBackend, stats: &DeviceBuffer<u64>) -> Result<[u64; 4]> {
     Ok([s[0], s[1], s[2], s[3]])
 }
 
+/// Words of a pieces computation's stats buffer: the four the kernels write (see
+/// `phj_piece_counts`) and the pieces' total copied beside them.
+const STATS_WORDS: usize = 5;
+
+/// The pieces' total (the last of the scanned counts `po`) and the kernels' four stats words,
+/// read back with one synchronization (the total is copied beside the stats first).
+fn total_and_stats(
+    b: &CudaBackend,
+    po: &DeviceBuffer<u64>,
+    fanout: usize,
+    stats: &mut DeviceBuffer<u64>,
+) -> Result<(u64, [u64; 4])> {
+    b.stream()
+        .memcpy_dtod(
+            &po.view().slice(fanout..fanout + 1),
+            &mut stats.view_mut().slice_mut(4..STATS_WORDS),
+        )
+        .map_err(driver("copying the pieces' total"))?;
+    let s = b.download(stats)?;
+    Ok((s[4], [s[0], s[1], s[2], s[3]]))
+}
+
 /// The launch shape of the match kernels: a block per work item at a time, as many
 /// blocks as the SMs hold at once (or fewer items).
 fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
@@ -199,6 +224,7 @@ fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Re
 const STATUS_DUPLICATE: u32 = 1;
 const STATUS_BAD_ID: u32 = 2;
 const STATUS_OVERFLOW: u32 = 4;
+const STATUS_LAUNCH: u32 = 8;
 
 /// The status word (the low half of word 0) and the total (word 1) of a match's read-back
 /// words.
@@ -209,6 +235,11 @@ fn status_and_total(b: &CudaBackend, words: &DeviceBuffer<u64>) -> Result<(u32, 
 
 /// The error a match kernel's status word reports, if any.
 fn check_status(status: u32, want: &CoWant) -> Result<()> {
+    if status & STATUS_LAUNCH != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the one-pass match kernel needs blocks of {BLOCK} threads"
+        )));
+    }
     // An overflow of the one-pass join's outputs means some probe row matched twice: equal
     // build keys in two pieces.
     if want.unique_build && status & (STATUS_DUPLICATE | STATUS_OVERFLOW) != 0 {
@@ -293,7 +324,7 @@ impl CoPartitionJoin for CudaBackend {
     ) -> Result<Pieces<Self>> {
         let fanout = check_piece_args(offsets.len(), max_rows)?;
         let counts = self.alloc::<u64>(fanout + 1)?;
-        let stats = zeros::<u64>(self, 4)?;
+        let mut stats = zeros::<u64>(self, STATS_WORDS)?;
         let (op, cp, sp) = (
             offsets.device_ptr(),
             counts.device_ptr(),
@@ -314,8 +345,7 @@ impl CoPartitionJoin for CudaBackend {
             ],
         )?;
         let po = self.exclusive_sum(&counts)?;
-        let total = read_at(self, &po, fanout)?;
-        let st = stats_of(self, &stats)?;
+        let (total, st) = total_and_stats(self, &po, fanout, &mut stats)?;
         if st[2] != 0 {
             return Err(Error::Corrupt("partition offsets decrease".into()));
         }
