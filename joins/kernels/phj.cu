@@ -448,8 +448,16 @@ __device__ void join_items(const CoParams& p) {
     if (threadIdx.x == 0) atomicOr(ptr<uint32_t>(p.status), kStatusLaunch);
     return;
   }
+  // The build piece the table holds (none yet).
+  __shared__ uint64_t built_begin;
+  __shared__ uint32_t built_len, built_duplicate;
   uint32_t cur = 0;
-  if (threadIdx.x == 0 && blockIdx.x < p.n_items) decode_item(p, blockIdx.x, &items[0]);
+  if (threadIdx.x == 0) {
+    built_begin = ~0ull;
+    built_len = 0;
+    built_duplicate = 0;
+    if (blockIdx.x < p.n_items) decode_item(p, blockIdx.x, &items[0]);
+  }
   __syncthreads();
   for (uint64_t item = blockIdx.x; item < p.n_items; item += gridDim.x) {
     const uint64_t next = item + gridDim.x;
@@ -460,9 +468,20 @@ __device__ void join_items(const CoParams& p) {
     // The first round's probe keys are loaded before the build, so both loads overlap.
     K key[kRowsOf<K>];
     load_round_keys(p, it, 0, key);
-    build<K>(p, t, &it);
-    if (threadIdx.x == 0 && it.duplicate) atomicOr(ptr<uint32_t>(p.status), kStatusDuplicate);
-    if (!(it.duplicate && p.unique_build))
+    // A partition's probe pieces share its build piece: a block that meets the piece it built
+    // last keeps the table (a hot partition under Zipf 1.0 has hundreds of probe pieces).
+    const bool rebuild = it.build_begin != built_begin || it.build_len != built_len;
+    if (rebuild) {
+      build<K>(p, t, &it);
+      if (threadIdx.x == 0) {
+        if (it.duplicate) atomicOr(ptr<uint32_t>(p.status), kStatusDuplicate);
+        built_begin = it.build_begin;
+        built_len = it.build_len;
+        built_duplicate = it.duplicate;
+      }
+    }
+    const bool duplicate = rebuild ? it.duplicate != 0 : built_duplicate != 0;
+    if (!(duplicate && p.unique_build))
       for (uint32_t first = 0; first < it.probe_len; first += kRowsOf<K> * kJoinBlock) {
         if (first != 0) load_round_keys(p, it, first, key);
         join_round(p, t, it, first, key, &round);
