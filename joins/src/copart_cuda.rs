@@ -45,9 +45,8 @@ fn blocks_per_sm<K: Key>() -> usize {
 /// of the table's budget.
 const STATIC_SHARED: usize = 1024;
 
-/// Probe pieces are this many build pieces long (each is a work item that builds its
-/// partition's table again; 16 instead of 4 made the Zipf 1.0 match slower on an H200, 3.3
-/// against 3.1 ms).
+/// Probe pieces are this many build pieces long; each is a work item (H200, PHJ-OM 2^27 ⋈ 2^28
+/// under Zipf 1.0: factors 1 to 16 gave a match of 3.12–3.31 ms, 4 the fastest).
 const PROBE_CHUNK_FACTOR: usize = 4;
 
 /// Shared bytes of a table for `capacity` rows of `key_bytes`-byte keys: keys (16-byte
