@@ -42,7 +42,7 @@ constexpr uint16_t kNoRow = 0xffffu;
 constexpr uint32_t kStatusDuplicate = 1u;
 constexpr uint32_t kStatusBadId = 2u;
 constexpr uint32_t kStatusOverflow = 4u;
-constexpr uint32_t kStatusLaunch = 8u;  // a one-pass join launched with other than kJoinBlock threads
+constexpr uint32_t kStatusLaunch = 8u;  // a one-pass join launched with blockDim != kJoinBlock
 
 // Device addresses and sizes of one co-partition join. Field order and types must match
 // `CoParams` in src/copart_cuda.rs.
@@ -156,6 +156,26 @@ struct Table {
   }
 };
 
+// Keys a thread loads before using any (32 bytes: 8 or 4), so their loads are in flight
+// together; a loop of one key per step waits on each load in turn (the one-pass match of
+// 2^27 ⋈ 2^28 took 4.1 ms that way, 2.8 batched).
+template <typename K>
+constexpr uint32_t kKeysInFlight = 32 / sizeof(K);
+
+// The id of row `row` of a side: its carried id (`ids`: the side's `*_ids` column, or null),
+// or the row itself.
+__device__ __forceinline__ uint32_t side_id(const uint32_t* ids, uint64_t row) {
+  return ids != nullptr ? ids[row] : static_cast<uint32_t>(row);
+}
+
+// Marks probe id `id` matched in `flags` (the caller checks that the pass has flags).
+__device__ __forceinline__ void mark_probe(const CoParams& p, uint32_t id) {
+  if (id < p.flags_len)
+    ptr<uint32_t>(p.flags)[id] = 1;  // items sharing probe rows all store 1
+  else
+    atomicOr(ptr<uint32_t>(p.status), kStatusBadId);
+}
+
 // One item's pieces, decoded by thread 0.
 struct Item {
   uint64_t probe_begin, build_begin;
@@ -189,17 +209,16 @@ template <typename K>
 __device__ __forceinline__ void build(const CoParams& p, const Table<K>& t, Item* it) {
   const K* bk = ptr<const K>(p.build_keys) + it->build_begin;
   const uint32_t rows = it->build_len;
-  // 32 bytes of keys a thread in flight at once (a load-then-store loop waits on each).
-  constexpr uint32_t kBuildBatch = 32 / sizeof(K);
-  for (uint32_t first = 0; first < rows; first += kBuildBatch * blockDim.x) {
-    K k[kBuildBatch];
+  constexpr uint32_t kBatch = kKeysInFlight<K>;
+  for (uint32_t first = 0; first < rows; first += kBatch * blockDim.x) {
+    K k[kBatch];
 #pragma unroll
-    for (uint32_t j = 0; j < kBuildBatch; ++j) {
+    for (uint32_t j = 0; j < kBatch; ++j) {
       const uint32_t r = first + j * blockDim.x + threadIdx.x;
       if (r < rows) k[j] = bk[r];
     }
 #pragma unroll
-    for (uint32_t j = 0; j < kBuildBatch; ++j) {
+    for (uint32_t j = 0; j < kBatch; ++j) {
       const uint32_t r = first + j * blockDim.x + threadIdx.x;
       if (r < rows) t.keys[r] = k[j];
     }
@@ -217,22 +236,14 @@ __device__ __forceinline__ void build(const CoParams& p, const Table<K>& t, Item
 template <typename K>
 __device__ __forceinline__ uint64_t count_probe(const CoParams& p, const Table<K>& t,
                                                 const Item& it) {
-  uint32_t* flags = ptr<uint32_t>(p.flags);
-  const uint32_t* probe_ids = ptr<const uint32_t>(p.probe_ids);
   const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
   uint64_t mine = 0;
   for (uint32_t r = threadIdx.x; r < it.probe_len; r += blockDim.x) {
     uint32_t head;
     const uint32_t c = t.lookup(pk[r], &head);
     mine += c;
-    if (c != 0 && flags != nullptr) {
-      const uint64_t row = it.probe_begin + r;
-      const uint32_t id = probe_ids != nullptr ? probe_ids[row] : static_cast<uint32_t>(row);
-      if (id < p.flags_len)
-        flags[id] = 1;  // items sharing probe rows all store 1
-      else
-        atomicOr(ptr<uint32_t>(p.status), kStatusBadId);
-    }
+    if (c != 0 && p.flags != 0)
+      mark_probe(p, side_id(ptr<const uint32_t>(p.probe_ids), it.probe_begin + r));
   }
   return mine;
 }
@@ -266,14 +277,12 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
     uint32_t tile_total;
     const uint32_t at = joinkit::block_exclusive_scan<uint32_t>(c, scan, &tile_total);
     if (c != 0) {
-      const uint64_t row = it.probe_begin + r;
-      const uint32_t pid = probe_ids != nullptr ? probe_ids[row] : static_cast<uint32_t>(row);
+      const uint32_t pid = side_id(probe_ids, it.probe_begin + r);
       uint64_t o = base + at;
       uint32_t b = head;
       for (uint32_t i = 0; i < c; ++i, ++o) {
-        const uint64_t brow = it.build_begin + b;
         out_probe[o] = pid;
-        out_build[o] = build_ids != nullptr ? build_ids[brow] : static_cast<uint32_t>(brow);
+        out_build[o] = side_id(build_ids, it.build_begin + b);
         b = t.next[b];
       }
     }
@@ -315,14 +324,10 @@ __device__ void write_items(const CoParams& p) {
   }
 }
 
-// The one-pass join probes in rounds: each thread loads 32 bytes of probe keys (8 or 4 rows)
-// before it looks any up, so their loads are in flight together (one row per loop step waited
-// on each load in turn: the match of 2^27 ⋈ 2^28 took 4.1 ms). A round's output positions
-// come from one scan of per-warp hit counts in (row slot, warp) order, which is probe-row
-// order.
-constexpr uint32_t kRowsPerThread = 8;  // the most, for 4-byte keys
-template <typename K>
-constexpr uint32_t kRowsOf = 32 / sizeof(K);
+// The one-pass join probes in rounds of kKeysInFlight rows a thread, loaded before any is
+// looked up. A round's output positions come from one scan of per-warp hit counts in
+// (row slot, warp) order, which is probe-row order.
+constexpr uint32_t kRowsPerThread = kKeysInFlight<uint32_t>;  // the most
 // Threads of a one-pass join block (`BLOCK` in src/copart_cuda.rs); its round counts are
 // sized by it.
 constexpr uint32_t kJoinBlock = 512;
@@ -373,10 +378,10 @@ __device__ __forceinline__ void reserve_round(const CoParams& p, Round* round) {
 // first + j * kJoinBlock + t.
 template <typename K>
 __device__ __forceinline__ void load_round_keys(const CoParams& p, const Item& it, uint32_t first,
-                                                K (&key)[kRowsOf<K>]) {
+                                                K (&key)[kKeysInFlight<K>]) {
   const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
 #pragma unroll
-  for (uint32_t j = 0; j < kRowsOf<K>; ++j) {
+  for (uint32_t j = 0; j < kKeysInFlight<K>; ++j) {
     const uint32_t r = first + j * kJoinBlock + threadIdx.x;
     if (r < it.probe_len) key[j] = pk[r];
   }
@@ -386,9 +391,9 @@ __device__ __forceinline__ void load_round_keys(const CoParams& p, const Item& i
 // rows in `flags` and writes the pairs.
 template <typename K>
 __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t, const Item& it,
-                                           uint32_t first, const K (&key)[kRowsOf<K>],
+                                           uint32_t first, const K (&key)[kKeysInFlight<K>],
                                            Round* round) {
-  constexpr uint32_t R = kRowsOf<K>;
+  constexpr uint32_t R = kKeysInFlight<K>;
   const uint32_t lane = joinkit::lane_id(), warp = joinkit::warp_id();
   // Bit j: slot j matched; its build row in 16 bits of heads.
   uint32_t hit = 0, heads[(R + 1) / 2] = {};
@@ -411,26 +416,20 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
   __syncthreads();
   const uint32_t* probe_ids = ptr<const uint32_t>(p.probe_ids);
   const uint32_t* build_ids = ptr<const uint32_t>(p.build_ids);
-  uint32_t* flags = ptr<uint32_t>(p.flags);
   const uint32_t below = (1u << lane) - 1u;
+  const bool marks = p.flags != 0;
 #pragma unroll
   for (uint32_t j = 0; j < R; ++j) {
     const uint32_t b = __ballot_sync(joinkit::kFullMask, (hit >> j) & 1u);
     if (((hit >> j) & 1u) == 0) continue;
     const uint64_t row = it.probe_begin + first + j * kJoinBlock + threadIdx.x;
-    const uint32_t pid = probe_ids != nullptr ? probe_ids[row] : static_cast<uint32_t>(row);
-    if (flags != nullptr) {
-      if (pid < p.flags_len)
-        flags[pid] = 1;  // items sharing probe rows all store 1
-      else
-        atomicOr(ptr<uint32_t>(p.status), kStatusBadId);
-    }
+    const uint32_t pid = side_id(probe_ids, row);
+    if (marks) mark_probe(p, pid);
     if (round->writes) {
       const uint64_t o = round->base + round->hits[j][warp] + __popc(b & below);
       const uint64_t brow = it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu);
       ptr<uint32_t>(p.out_probe)[o] = pid;
-      ptr<uint32_t>(p.out_build)[o] =
-          build_ids != nullptr ? build_ids[brow] : static_cast<uint32_t>(brow);
+      ptr<uint32_t>(p.out_build)[o] = side_id(build_ids, brow);
     }
   }
   __syncthreads();  // the next round reuses `round`
@@ -466,7 +465,7 @@ __device__ void join_items(const CoParams& p) {
     Item& it = items[cur];
     const Table<K> t(smem, p.capacity, it.build_len);
     // The first round's probe keys are loaded before the build, so both loads overlap.
-    K key[kRowsOf<K>];
+    K key[kKeysInFlight<K>];
     load_round_keys(p, it, 0, key);
     // A partition's probe pieces share its build piece: a block that meets the piece it built
     // last keeps the table (a hot partition under Zipf 1.0 has hundreds of probe pieces).
@@ -482,7 +481,7 @@ __device__ void join_items(const CoParams& p) {
     }
     const bool duplicate = rebuild ? it.duplicate != 0 : built_duplicate != 0;
     if (!(duplicate && p.unique_build))
-      for (uint32_t first = 0; first < it.probe_len; first += kRowsOf<K> * kJoinBlock) {
+      for (uint32_t first = 0; first < it.probe_len; first += kKeysInFlight<K> * kJoinBlock) {
         if (first != 0) load_round_keys(p, it, first, key);
         join_round(p, t, it, first, key, &round);
       }
