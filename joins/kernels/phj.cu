@@ -48,12 +48,12 @@ constexpr uint32_t kStatusLaunch = 8u;  // a one-pass join launched with blockDi
 // `CoParams` in src/copart_cuda.rs.
 struct CoParams {
   uint64_t probe_keys;    // const K*
-  uint64_t probe_ids;     // const uint32_t* or 0 (ids are rows)
+  uint64_t probe_ids;     // const PW* (the kernel's probe id word) or 0 (ids are rows)
   uint64_t probe_po;      // const uint64_t* fanout + 1
   uint64_t probe_begin;   // const uint64_t*
   uint64_t probe_len;     // const uint32_t*
   uint64_t build_keys;    // const K*
-  uint64_t build_ids;     // const uint32_t* or 0
+  uint64_t build_ids;     // const BW* or 0
   uint64_t build_po;      // const uint64_t*
   uint64_t build_begin;   // const uint64_t*
   uint64_t build_len;     // const uint32_t*
@@ -63,8 +63,8 @@ struct CoParams {
   uint64_t counts;        // uint64_t*: count pass writes n_items; write pass reads their scan
   uint64_t flags;         // uint32_t* or 0 (count pass, one-pass join)
   uint64_t flags_len;
-  uint64_t out_probe;     // uint32_t* (write pass, one-pass join)
-  uint64_t out_build;     // uint32_t* (write pass, one-pass join)
+  uint64_t out_probe;     // PW* (write pass, one-pass join)
+  uint64_t out_build;     // BW* (write pass, one-pass join)
   uint64_t status;        // uint32_t*: kStatus* bits
   uint64_t out_cursor;    // unsigned long long*, zeroed (one-pass join: output rows reserved)
   uint64_t out_capacity;  // rows out_probe and out_build hold (one-pass join)
@@ -162,14 +162,18 @@ struct Table {
 template <typename K>
 constexpr uint32_t kKeysInFlight = 32 / sizeof(K);
 
-// The id of row `row` of a side: its carried id (`ids`: the side's `*_ids` column, or null),
-// or the row itself.
-__device__ __forceinline__ uint32_t side_id(const uint32_t* ids, uint64_t row) {
-  return ids != nullptr ? ids[row] : static_cast<uint32_t>(row);
+// The id of row `row` of a side: its carried id (`ids`: the side's `*_ids` column of W words,
+// or null), or the row itself. W is the side's id word: uint32_t for row ids, positions and
+// 4-byte payloads, uint64_t for 8-byte payloads (narrow joins carry payloads as ids); a
+// template parameter of the match kernels (a run-time width cost the 4-byte one-pass join
+// 7 % on the H200).
+template <typename W>
+__device__ __forceinline__ W side_id(const W* ids, uint64_t row) {
+  return ids != nullptr ? ids[row] : static_cast<W>(row);
 }
 
 // Marks probe id `id` matched in `flags` (the caller checks that the pass has flags).
-__device__ __forceinline__ void mark_probe(const CoParams& p, uint32_t id) {
+__device__ __forceinline__ void mark_probe(const CoParams& p, uint64_t id) {
   if (id < p.flags_len)
     ptr<uint32_t>(p.flags)[id] = 1;  // items sharing probe rows all store 1
   else
@@ -233,7 +237,7 @@ __device__ __forceinline__ void build(const CoParams& p, const Table<K>& t, Item
 
 // This thread's share of the item's matches (its probe rows' counts); marks the probe rows
 // that match in `flags` when the pass has flags.
-template <typename K>
+template <typename K, typename PW>
 __device__ __forceinline__ uint64_t count_probe(const CoParams& p, const Table<K>& t,
                                                 const Item& it) {
   const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
@@ -243,7 +247,7 @@ __device__ __forceinline__ uint64_t count_probe(const CoParams& p, const Table<K
     const uint32_t c = t.lookup(pk[r], &head);
     mine += c;
     if (c != 0 && p.flags != 0)
-      mark_probe(p, side_id(ptr<const uint32_t>(p.probe_ids), it.probe_begin + r));
+      mark_probe(p, side_id(ptr<const PW>(p.probe_ids), it.probe_begin + r));
   }
   return mine;
 }
@@ -261,13 +265,13 @@ __device__ __forceinline__ uint64_t block_total(uint64_t mine, uint64_t* warp_to
 
 // Writes the item's pairs from output row `base` on, in probe-row order: every thread runs
 // every tile of blockDim probe rows (the scan synchronizes the block).
-template <typename K>
+template <typename K, typename PW, typename BW>
 __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t, const Item& it,
                                             uint64_t base, uint32_t* scan) {
-  const uint32_t* probe_ids = ptr<const uint32_t>(p.probe_ids);
-  const uint32_t* build_ids = ptr<const uint32_t>(p.build_ids);
-  uint32_t* out_probe = ptr<uint32_t>(p.out_probe);
-  uint32_t* out_build = ptr<uint32_t>(p.out_build);
+  const PW* probe_ids = ptr<const PW>(p.probe_ids);
+  const BW* build_ids = ptr<const BW>(p.build_ids);
+  PW* out_probe = ptr<PW>(p.out_probe);
+  BW* out_build = ptr<BW>(p.out_build);
   const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
   const uint32_t rows = it.probe_len;
   for (uint32_t first = 0; first < rows; first += blockDim.x) {
@@ -277,7 +281,7 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
     uint32_t tile_total;
     const uint32_t at = joinkit::block_exclusive_scan<uint32_t>(c, scan, &tile_total);
     if (c != 0) {
-      const uint32_t pid = side_id(probe_ids, it.probe_begin + r);
+      const PW pid = side_id(probe_ids, it.probe_begin + r);
       uint64_t o = base + at;
       uint32_t b = head;
       for (uint32_t i = 0; i < c; ++i, ++o) {
@@ -290,7 +294,7 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
   }
 }
 
-template <typename K>
+template <typename K, typename PW>
 __device__ void count_items(const CoParams& p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ Item it;
@@ -302,13 +306,13 @@ __device__ void count_items(const CoParams& p) {
     build<K>(p, t, &it);
     if (threadIdx.x == 0 && it.duplicate) atomicOr(ptr<uint32_t>(p.status), kStatusDuplicate);
     const bool skip = it.duplicate && p.unique_build;
-    const uint64_t total = block_total(skip ? 0 : count_probe(p, t, it), warp_totals);
+    const uint64_t total = block_total(skip ? 0 : count_probe<K, PW>(p, t, it), warp_totals);
     if (threadIdx.x == 0) ptr<uint64_t>(p.counts)[item] = total;
     __syncthreads();  // the next item reuses shared memory
   }
 }
 
-template <typename K>
+template <typename K, typename PW, typename BW>
 __device__ void write_items(const CoParams& p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ Item it;
@@ -319,7 +323,7 @@ __device__ void write_items(const CoParams& p) {
     const Table<K> t(smem, p.capacity, it.build_len);
     build<K>(p, t, &it);
     // Where this item's pairs start (the scan of the count pass's per-item counts).
-    write_pairs(p, t, it, ptr<const uint64_t>(p.counts)[item], scan);
+    write_pairs<K, PW, BW>(p, t, it, ptr<const uint64_t>(p.counts)[item], scan);
     __syncthreads();  // the next item reuses shared memory
   }
 }
@@ -389,7 +393,7 @@ __device__ __forceinline__ void load_round_keys(const CoParams& p, const Item& i
 
 // One round of the item's probe rows from `first` on, their keys loaded: marks matched probe
 // rows in `flags` and writes the pairs.
-template <typename K>
+template <typename K, typename PW, typename BW>
 __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t, const Item& it,
                                            uint32_t first, const K (&key)[kKeysInFlight<K>],
                                            Round* round) {
@@ -414,8 +418,8 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
   __syncthreads();
   if (warp == 0) reserve_round<R>(p, round);
   __syncthreads();
-  const uint32_t* probe_ids = ptr<const uint32_t>(p.probe_ids);
-  const uint32_t* build_ids = ptr<const uint32_t>(p.build_ids);
+  const PW* probe_ids = ptr<const PW>(p.probe_ids);
+  const BW* build_ids = ptr<const BW>(p.build_ids);
   const uint32_t below = (1u << lane) - 1u;
   const bool marks = p.flags != 0;
 #pragma unroll
@@ -423,13 +427,13 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
     const uint32_t b = __ballot_sync(joinkit::kFullMask, (hit >> j) & 1u);
     if (((hit >> j) & 1u) == 0) continue;
     const uint64_t row = it.probe_begin + first + j * kJoinBlock + threadIdx.x;
-    const uint32_t pid = side_id(probe_ids, row);
+    const PW pid = side_id(probe_ids, row);
     if (marks) mark_probe(p, pid);
     if (round->writes) {
       const uint64_t o = round->base + round->hits[j][warp] + __popc(b & below);
       const uint64_t brow = it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu);
-      ptr<uint32_t>(p.out_probe)[o] = pid;
-      ptr<uint32_t>(p.out_build)[o] = side_id(build_ids, brow);
+      ptr<PW>(p.out_probe)[o] = pid;
+      ptr<BW>(p.out_build)[o] = side_id(build_ids, brow);
     }
   }
   __syncthreads();  // the next round reuses `round`
@@ -438,7 +442,7 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
 // The one-pass join of a unique build side (see the top of this file). While a block works on
 // one item, a thread of its second warp decodes the next (its pieces' bounds are three
 // dependent global reads).
-template <typename K>
+template <typename K, typename PW, typename BW>
 __device__ void join_items(const CoParams& p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ Item items[2];
@@ -483,7 +487,7 @@ __device__ void join_items(const CoParams& p) {
     if (!(duplicate && p.unique_build))
       for (uint32_t first = 0; first < it.probe_len; first += kKeysInFlight<K> * kJoinBlock) {
         if (first != 0) load_round_keys(p, it, first, key);
-        join_round(p, t, it, first, key, &round);
+        join_round<K, PW, BW>(p, t, it, first, key, &round);
       }
     __syncthreads();  // the next item reuses shared memory and the decoded item
     cur ^= 1;
@@ -492,16 +496,25 @@ __device__ void join_items(const CoParams& p) {
 
 }  // namespace
 
-// The count, write and one-pass join kernels, per key type: three blocks an SM (40 registers
-// a thread).
-#define MATCH_KERNEL(NAME, BODY, K)                                                       \
-  extern "C" __global__ void __launch_bounds__(kJoinBlock, 3) NAME(CoParams p) { BODY<K>(p); }
-MATCH_KERNEL(phj_count_u32, count_items, uint32_t)
-MATCH_KERNEL(phj_count_u64, count_items, uint64_t)
-MATCH_KERNEL(phj_write_u32, write_items, uint32_t)
-MATCH_KERNEL(phj_write_u64, write_items, uint64_t)
-MATCH_KERNEL(phj_join_u32, join_items, uint32_t)
-MATCH_KERNEL(phj_join_u64, join_items, uint64_t)
+// The count, write and one-pass join kernels, per key type and id words (`_4`: uint32_t, `_8`:
+// uint64_t; the count pass names only the probe side's, which the flags read): three blocks an
+// SM (40 registers a thread).
+#define MATCH_KERNEL(NAME, ...)                                                              \
+  extern "C" __global__ void __launch_bounds__(kJoinBlock, 3) NAME(CoParams p) { __VA_ARGS__(p); }
+#define MATCH_KERNELS(KN, K)                                                               \
+  MATCH_KERNEL(phj_count_##KN##_4, count_items<K, uint32_t>)                                \
+  MATCH_KERNEL(phj_count_##KN##_8, count_items<K, uint64_t>)                                \
+  MATCH_KERNEL(phj_write_##KN##_4_4, write_items<K, uint32_t, uint32_t>)                    \
+  MATCH_KERNEL(phj_write_##KN##_4_8, write_items<K, uint32_t, uint64_t>)                    \
+  MATCH_KERNEL(phj_write_##KN##_8_4, write_items<K, uint64_t, uint32_t>)                    \
+  MATCH_KERNEL(phj_write_##KN##_8_8, write_items<K, uint64_t, uint64_t>)                    \
+  MATCH_KERNEL(phj_join_##KN##_4_4, join_items<K, uint32_t, uint32_t>)                      \
+  MATCH_KERNEL(phj_join_##KN##_4_8, join_items<K, uint32_t, uint64_t>)                      \
+  MATCH_KERNEL(phj_join_##KN##_8_4, join_items<K, uint64_t, uint32_t>)                      \
+  MATCH_KERNEL(phj_join_##KN##_8_8, join_items<K, uint64_t, uint64_t>)
+MATCH_KERNELS(u32, uint32_t)
+MATCH_KERNELS(u64, uint64_t)
+#undef MATCH_KERNELS
 #undef MATCH_KERNEL
 
 // out[i] = the bijective mix of in[i] (murmur3's finalizer after a seed xor: joinkit::hash32,

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result, hash};
+use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result, hash};
 use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
 use rayon::prelude::*;
 
@@ -61,9 +61,10 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     pub keys: &'a B::Buf<K>,
     /// The side's pieces; rows index `keys` (and `ids`).
     pub pieces: &'a Pieces<B>,
-    /// What the output names a row by: `ids[row]` (row ids carried through the partition), or
-    /// the row (its position in `keys`) when `None`.
-    pub ids: Option<&'a B::Buf<u32>>,
+    /// What the output names a row by: `ids[row]` (row ids carried through the partition, or a
+    /// narrow join's payload column: `Column::U32` or `Column::U64`), or the row (its position
+    /// in `keys`, a u32) when `None`.
+    pub ids: Option<&'a Column<B>>,
 }
 
 /// What a co-partition join produces.
@@ -84,8 +85,9 @@ pub struct CoWant {
 
 /// The result of a co-partition join.
 pub struct CoJoined<B: Backend> {
-    /// (probe ids, build ids) of every match, grouped by work item (compare as multisets).
-    pub pairs: Option<(B::Buf<u32>, B::Buf<u32>)>,
+    /// (probe ids, build ids) of every match, grouped by work item (compare as multisets); each
+    /// column of its side's ids' type (`Column::U32` for rows).
+    pub pairs: Option<(Column<B>, Column<B>)>,
     /// Probe match flags, when asked for.
     pub flags: Option<B::Buf<u32>>,
     /// Number of matching pairs (counted even when the pairs are not asked for).
@@ -145,7 +147,8 @@ pub trait CoPartitionJoin: Backend {
     /// # Errors
     /// [`Error::LengthMismatch`] when the sides' partition counts differ;
     /// [`Error::InvalidArgument`] for build pieces longer than the backend's tables hold
-    /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU);
+    /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU), and
+    /// for ids of a signed type;
     /// [`Error::DuplicateKey`] (`"build"`) as [`CoWant::unique_build`] says;
     /// [`Error::SizeOverflow`] when the pairs do not fit memory addresses; allocation and
     /// driver errors.
@@ -175,6 +178,13 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
             "build pieces of {} rows: this backend's tables hold {cap}",
             build.pieces.max_len
         )));
+    }
+    for ids in [probe.ids, build.ids].into_iter().flatten() {
+        if !matches!(ids, Column::U32(_) | Column::U64(_)) {
+            return Err(Error::InvalidArgument(format!(
+                "co-partition ids of {ids:?}: u32 or u64 words only"
+            )));
+        }
     }
     Ok(fanout)
 }
@@ -352,18 +362,87 @@ impl<K: Key> ItemTable<K> {
     }
 }
 
+/// A word the CPU match writes for a row: a row (`u32`), a carried row id, or a narrow join's
+/// 4- or 8-byte payload.
+trait IdWord: Copy + Default + Send + Sync {
+    /// Row `row` named by its position (only `u32` names rows).
+    fn row(row: usize) -> Self;
+    /// The flag this id marks, if it can index one.
+    fn flag_index(self) -> Option<usize>;
+    /// A column of these words.
+    fn column(words: Vec<Self>) -> Column<CpuBackend>;
+}
+
+impl IdWord for u32 {
+    fn row(row: usize) -> Self {
+        row as u32
+    }
+    fn flag_index(self) -> Option<usize> {
+        Some(self as usize)
+    }
+    fn column(words: Vec<Self>) -> Column<CpuBackend> {
+        Column::U32(words)
+    }
+}
+
+impl IdWord for u64 {
+    fn row(row: usize) -> Self {
+        row as u64
+    }
+    fn flag_index(self) -> Option<usize> {
+        usize::try_from(self).ok()
+    }
+    fn column(words: Vec<Self>) -> Column<CpuBackend> {
+        Column::U64(words)
+    }
+}
+
+/// Runs `$body` with `$t` the word type of `$ids` (an `Option<&Column<CpuBackend>>` that
+/// [`check_sides`] accepted) and `$w` its words (`None`: rows, as `u32`).
+macro_rules! with_words {
+    ($ids:expr, $t:ident, $w:ident => $body:expr) => {
+        match $ids {
+            Some(Column::U64(v)) => {
+                type $t = u64;
+                let $w: Option<&[u64]> = Some(v);
+                $body
+            }
+            Some(Column::U32(v)) => {
+                type $t = u32;
+                let $w: Option<&[u32]> = Some(v);
+                $body
+            }
+            _ => {
+                type $t = u32;
+                let $w: Option<&[u32]> = None;
+                $body
+            }
+        }
+    };
+}
+
 /// A task's output on the CPU: pairs written in place, pairs that did not fit (spill), matches.
-#[derive(Default)]
-struct Part {
+struct Part<P, Q> {
     written: usize,
-    probe: Vec<u32>,
-    build: Vec<u32>,
+    probe: Vec<P>,
+    build: Vec<Q>,
     total: u64,
+}
+
+impl<P, Q> Default for Part<P, Q> {
+    fn default() -> Self {
+        Self {
+            written: 0,
+            probe: Vec::new(),
+            build: Vec::new(),
+            total: 0,
+        }
+    }
 }
 
 /// Appends without aborting the process when the host cannot hold the output.
 #[inline]
-fn reserve(v: &mut Vec<u32>, more: usize) -> Result<()> {
+fn reserve<T>(v: &mut Vec<T>, more: usize) -> Result<()> {
     if v.capacity() - v.len() < more {
         v.try_reserve(more.max(v.len()))
             .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
@@ -542,144 +621,190 @@ impl CoPartitionJoin for CpuBackend {
                 }
             }
         }
-        let mut flags = want.flags_len.map(|n| vec![0u32; n]);
-        let dup = AtomicBool::new(false);
-        let bad_id = AtomicBool::new(false);
-        // Tasks are runs of items. Each writes its pairs straight into the output, in a region
-        // as long as its probe rows (enough for every join whose build keys are unique per
-        // piece, which is the common case); what does not fit goes to the task's own spill.
-        let per_task = items
-            .len()
-            .div_ceil(8 * rayon::current_num_threads().max(1))
-            .max(1);
-        let tasks: Vec<&[(u32, u32)]> = items.chunks(per_task).collect();
-        let regions: Vec<usize> = tasks
-            .iter()
-            .map(|t| {
-                t.iter()
-                    .filter(|&&(_, j)| j != NO_PIECE)
-                    .map(|&(_, j)| pp.len[j as usize] as usize)
-                    .sum()
+        with_words!(probe.ids, P, probe_ids => with_words!(build.ids, Q, build_ids => {
+            let sides = CpuSides {
+                probe_keys: probe.keys,
+                build_keys: build.keys,
+                pp,
+                bp,
+                probe_ids,
+                build_ids,
+            };
+            let m = cpu_match::<K, P, Q>(&sides, &items, want)?;
+            Ok(CoJoined {
+                pairs: m.pairs.map(|(p, b)| (P::column(p), Q::column(b))),
+                flags: m.flags,
+                total: m.total,
             })
-            .collect();
-        let room: usize = regions.iter().sum();
-        // In-place regions only while they stay within a few times the probe side (many build
-        // pieces per partition multiply them).
-        let in_place = want.pairs && room <= 2 * probe.keys.len() + 1024;
-        let (mut out_p, mut out_b) = if in_place {
-            (vec![0u32; room], vec![0u32; room])
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let mut starts = Vec::with_capacity(tasks.len());
-        let mut at = 0usize;
-        for &r in &regions {
-            starts.push(at);
-            at += if in_place { r } else { 0 };
-        }
-        let parts: Vec<Part> = {
-            let flags = flags.as_deref_mut().map(atomic_flags);
-            let (dst_p, dst_b) = (SharedOut::new(&mut out_p), SharedOut::new(&mut out_b));
-            let (dst_p, dst_b) = (&dst_p, &dst_b);
-            tasks
-                .par_iter()
-                .zip(regions.par_iter().zip(starts.par_iter()))
-                .map(|(group, (&region, &start))| {
-                    let region = if in_place { region } else { 0 };
-                    let mut part = Part::default();
-                    let mut table = ItemTable::<K>::new();
-                    let mut built = u32::MAX;
-                    for &(i, j) in *group {
-                        let (bb, bl) = (bp.begin[i as usize] as usize, bp.len[i as usize] as usize);
-                        if built != i {
-                            built = i;
-                            if table.build(&build.keys[bb..bb + bl]) {
-                                dup.store(true, Ordering::Relaxed);
-                            }
-                        }
-                        if want.unique_build && dup.load(Ordering::Relaxed) {
-                            return Ok(part);
-                        }
-                        if j == NO_PIECE {
-                            continue;
-                        }
-                        let (pb, pl) = (pp.begin[j as usize] as usize, pp.len[j as usize] as usize);
-                        for (pos, &k) in (pb..pb + pl).zip(&probe.keys[pb..pb + pl]) {
-                            let Some((head, count)) = table.find(k) else {
-                                continue;
-                            };
-                            part.total += u64::from(count);
-                            let pid = probe.ids.map_or(pos as u32, |ids| ids[pos]);
-                            if let Some(f) = flags {
-                                match f.get(pid as usize) {
-                                    Some(f) => f.store(1, Ordering::Relaxed),
-                                    None => bad_id.store(true, Ordering::Relaxed),
-                                }
-                            }
-                            if !want.pairs {
-                                continue;
-                            }
-                            let mut r = head;
-                            for _ in 0..count {
-                                let row = bb + r as usize;
-                                let bid = build.ids.map_or(row as u32, |ids| ids[row]);
-                                if part.written < region {
-                                    // SAFETY: rows start..start + region of the outputs belong
-                                    // to this task alone, and `written < region`.
-                                    unsafe {
-                                        dst_p.write(start + part.written, pid);
-                                        dst_b.write(start + part.written, bid);
-                                    }
-                                    part.written += 1;
-                                } else {
-                                    reserve(&mut part.probe, 1)?;
-                                    reserve(&mut part.build, 1)?;
-                                    part.probe.push(pid);
-                                    part.build.push(bid);
-                                }
-                                r = table.next[r as usize];
-                            }
+        }))
+    }
+}
+
+/// The CPU match's view of both sides: keys, pieces and the words it writes for their rows.
+struct CpuSides<'a, K, P, Q> {
+    probe_keys: &'a [K],
+    build_keys: &'a [K],
+    pp: &'a Pieces<CpuBackend>,
+    bp: &'a Pieces<CpuBackend>,
+    probe_ids: Option<&'a [P]>,
+    build_ids: Option<&'a [Q]>,
+}
+
+/// (probe words, build words) of every match, as [`CoJoined::pairs`].
+type WordPairs<P, Q> = (Vec<P>, Vec<Q>);
+
+/// [`CoJoined`] on the CPU, its pairs as words.
+struct CpuMatched<P, Q> {
+    pairs: Option<WordPairs<P, Q>>,
+    flags: Option<Vec<u32>>,
+    total: u64,
+}
+
+/// The CPU co-partition join over `items` (checked by the caller): the pairs (when wanted), the
+/// probe flags (when wanted) and the number of matches.
+fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
+    sides: &CpuSides<'_, K, P, Q>,
+    items: &[(u32, u32)],
+    want: CoWant,
+) -> Result<CpuMatched<P, Q>> {
+    let (pp, bp) = (sides.pp, sides.bp);
+    let mut flags = want.flags_len.map(|n| vec![0u32; n]);
+    let dup = AtomicBool::new(false);
+    let bad_id = AtomicBool::new(false);
+    // Tasks are runs of items. Each writes its pairs straight into the output, in a region
+    // as long as its probe rows (enough for every join whose build keys are unique per
+    // piece, which is the common case); what does not fit goes to the task's own spill.
+    let per_task = items
+        .len()
+        .div_ceil(8 * rayon::current_num_threads().max(1))
+        .max(1);
+    let tasks: Vec<&[(u32, u32)]> = items.chunks(per_task).collect();
+    let regions: Vec<usize> = tasks
+        .iter()
+        .map(|t| {
+            t.iter()
+                .filter(|&&(_, j)| j != NO_PIECE)
+                .map(|&(_, j)| pp.len[j as usize] as usize)
+                .sum()
+        })
+        .collect();
+    let room: usize = regions.iter().sum();
+    // In-place regions only while they stay within a few times the probe side (many build
+    // pieces per partition multiply them).
+    let in_place = want.pairs && room <= 2 * sides.probe_keys.len() + 1024;
+    let (mut out_p, mut out_b) = if in_place {
+        (vec![P::default(); room], vec![Q::default(); room])
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut starts = Vec::with_capacity(tasks.len());
+    let mut at = 0usize;
+    for &r in &regions {
+        starts.push(at);
+        at += if in_place { r } else { 0 };
+    }
+    let parts: Vec<Part<P, Q>> = {
+        let flags = flags.as_deref_mut().map(atomic_flags);
+        let (dst_p, dst_b) = (SharedOut::new(&mut out_p), SharedOut::new(&mut out_b));
+        let (dst_p, dst_b) = (&dst_p, &dst_b);
+        tasks
+            .par_iter()
+            .zip(regions.par_iter().zip(starts.par_iter()))
+            .map(|(group, (&region, &start))| {
+                let region = if in_place { region } else { 0 };
+                let mut part = Part::default();
+                let mut table = ItemTable::<K>::new();
+                let mut built = u32::MAX;
+                for &(i, j) in *group {
+                    let (bb, bl) = (bp.begin[i as usize] as usize, bp.len[i as usize] as usize);
+                    if built != i {
+                        built = i;
+                        if table.build(&sides.build_keys[bb..bb + bl]) {
+                            dup.store(true, Ordering::Relaxed);
                         }
                     }
-                    Ok(part)
-                })
-                .collect::<Result<Vec<Part>>>()?
-        };
-        if want.unique_build && dup.load(Ordering::Relaxed) {
-            return Err(Error::DuplicateKey { side: "build" });
-        }
-        if bad_id.load(Ordering::Relaxed) {
-            return Err(Error::IndexOutOfRange {
-                what: "co-partition probe id",
-                index: u64::from(u32::MAX),
-                len: want.flags_len.unwrap_or(0),
-            });
-        }
-        let total: u64 = parts.iter().map(|p| p.total).sum();
-        let pairs = if want.pairs {
-            let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
-            Some(assemble(out_p, out_b, &parts, &starts, n)?)
-        } else {
-            None
-        };
-        Ok(CoJoined {
-            pairs,
-            flags,
-            total,
-        })
+                    if want.unique_build && dup.load(Ordering::Relaxed) {
+                        return Ok(part);
+                    }
+                    if j == NO_PIECE {
+                        continue;
+                    }
+                    let (pb, pl) = (pp.begin[j as usize] as usize, pp.len[j as usize] as usize);
+                    for (pos, &k) in (pb..pb + pl).zip(&sides.probe_keys[pb..pb + pl]) {
+                        let Some((head, count)) = table.find(k) else {
+                            continue;
+                        };
+                        part.total += u64::from(count);
+                        let pid = sides.probe_ids.map_or(P::row(pos), |ids| ids[pos]);
+                        if let Some(f) = flags {
+                            match pid.flag_index().and_then(|i| f.get(i)) {
+                                Some(f) => f.store(1, Ordering::Relaxed),
+                                None => bad_id.store(true, Ordering::Relaxed),
+                            }
+                        }
+                        if !want.pairs {
+                            continue;
+                        }
+                        let mut r = head;
+                        for _ in 0..count {
+                            let row = bb + r as usize;
+                            let bid = sides.build_ids.map_or(Q::row(row), |ids| ids[row]);
+                            if part.written < region {
+                                // SAFETY: rows start..start + region of the outputs belong
+                                // to this task alone, and `written < region`.
+                                unsafe {
+                                    dst_p.write(start + part.written, pid);
+                                    dst_b.write(start + part.written, bid);
+                                }
+                                part.written += 1;
+                            } else {
+                                reserve(&mut part.probe, 1)?;
+                                reserve(&mut part.build, 1)?;
+                                part.probe.push(pid);
+                                part.build.push(bid);
+                            }
+                            r = table.next[r as usize];
+                        }
+                    }
+                }
+                Ok(part)
+            })
+            .collect::<Result<Vec<Part<P, Q>>>>()?
+    };
+    if want.unique_build && dup.load(Ordering::Relaxed) {
+        return Err(Error::DuplicateKey { side: "build" });
     }
+    if bad_id.load(Ordering::Relaxed) {
+        return Err(Error::IndexOutOfRange {
+            what: "co-partition probe id",
+            index: u64::from(u32::MAX),
+            len: want.flags_len.unwrap_or(0),
+        });
+    }
+    let total: u64 = parts.iter().map(|p| p.total).sum();
+    let pairs = if want.pairs {
+        let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
+        Some(assemble(out_p, out_b, &parts, &starts, n)?)
+    } else {
+        None
+    };
+    Ok(CpuMatched {
+        pairs,
+        flags,
+        total,
+    })
 }
 
 /// The pairs in task order: each task's in-place rows, then its spill. Without spills the
 /// in-place rows are closed up inside the output buffers; otherwise everything is copied into
 /// new buffers of `n` rows.
-fn assemble(
-    mut out_p: Vec<u32>,
-    mut out_b: Vec<u32>,
-    parts: &[Part],
+fn assemble<P: IdWord, Q: IdWord>(
+    mut out_p: Vec<P>,
+    mut out_b: Vec<Q>,
+    parts: &[Part<P, Q>],
     starts: &[usize],
     n: usize,
-) -> Result<(Vec<u32>, Vec<u32>)> {
+) -> Result<WordPairs<P, Q>> {
     if parts.iter().all(|p| p.probe.is_empty()) {
         let mut at = 0;
         for (p, &start) in parts.iter().zip(starts) {
@@ -693,42 +818,56 @@ fn assemble(
         out_b.truncate(at);
         return Ok((out_p, out_b));
     }
-    let column = |src: &[u32], spill: fn(&Part) -> &Vec<u32>| -> Result<Vec<u32>> {
-        let mut out = Vec::new();
-        out.try_reserve_exact(n)
-            .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
-        out.resize(n, 0);
-        let mut rest: &mut [u32] = &mut out;
-        let mut pieces = Vec::with_capacity(parts.len());
-        for p in parts {
-            let (head, tail) = rest.split_at_mut(p.written + spill(p).len());
-            pieces.push(head);
-            rest = tail;
-        }
-        pieces
-            .into_par_iter()
-            .zip(parts.par_iter().zip(starts.par_iter()))
-            .for_each(|(dst, (p, &start))| {
-                let (a, c) = dst.split_at_mut(p.written);
-                a.copy_from_slice(&src[start..start + p.written]);
-                c.copy_from_slice(spill(p));
-            });
-        Ok(out)
-    };
-    Ok((column(&out_p, |p| &p.probe)?, column(&out_b, |p| &p.build)?))
+    Ok((
+        spilled_column(&out_p, parts, starts, n, |p| &p.probe)?,
+        spilled_column(&out_b, parts, starts, n, |p| &p.build)?,
+    ))
+}
+
+/// One output column of `n` rows: each task's in-place rows of `src`, then its spill.
+fn spilled_column<T: IdWord, P, Q>(
+    src: &[T],
+    parts: &[Part<P, Q>],
+    starts: &[usize],
+    n: usize,
+    spill: fn(&Part<P, Q>) -> &Vec<T>,
+) -> Result<Vec<T>>
+where
+    Part<P, Q>: Sync,
+{
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
+    out.resize(n, T::default());
+    let mut rest: &mut [T] = &mut out;
+    let mut pieces = Vec::with_capacity(parts.len());
+    for p in parts {
+        let (head, tail) = rest.split_at_mut(p.written + spill(p).len());
+        pieces.push(head);
+        rest = tail;
+    }
+    pieces
+        .into_par_iter()
+        .zip(parts.par_iter().zip(starts.par_iter()))
+        .for_each(|(dst, (p, &start))| {
+            let (a, c) = dst.split_at_mut(p.written);
+            a.copy_from_slice(&src[start..start + p.written]);
+            c.copy_from_slice(spill(p));
+        });
+    Ok(out)
 }
 
 /// A column's buffer shared by the tasks that write disjoint elements of it.
-struct SharedOut(*mut u32, usize);
+struct SharedOut<T>(*mut T, usize);
 
 // SAFETY: the pointer addresses a buffer that outlives every task writing through it, and the
 // tasks write disjoint elements (each owns a region).
-unsafe impl Send for SharedOut {}
+unsafe impl<T: Send> Send for SharedOut<T> {}
 // SAFETY: as above: concurrent use only writes disjoint elements, never reads.
-unsafe impl Sync for SharedOut {}
+unsafe impl<T: Send> Sync for SharedOut<T> {}
 
-impl SharedOut {
-    fn new(out: &mut [u32]) -> Self {
+impl<T> SharedOut<T> {
+    fn new(out: &mut [T]) -> Self {
         Self(out.as_mut_ptr(), out.len())
     }
 
@@ -737,7 +876,7 @@ impl SharedOut {
     /// # Safety
     /// No other task may access element `i` meanwhile, and the buffer must be alive.
     #[inline(always)]
-    unsafe fn write(&self, i: usize, v: u32) {
+    unsafe fn write(&self, i: usize, v: T) {
         assert!(i < self.1, "join output row out of range");
         // SAFETY: `i` is in bounds (checked above); exclusivity is the caller's promise.
         unsafe { *self.0.add(i) = v };

@@ -13,7 +13,10 @@
 
 use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
-use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result, driver};
+use joinkit_cuda::{
+    Backend, Column, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result, driver,
+    each_column,
+};
 use joinkit_partition::{BucketChains, Partitioner};
 use joinkit_primitives::Scan;
 
@@ -87,6 +90,89 @@ struct CoParams {
 // SAFETY: a repr(C) struct of integers without padding (21 x 8 + 2 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
+
+/// Whether a side's id words are 8 bytes (`Column::U64` ids) rather than 4 (rows and
+/// `Column::U32`; check_sides refuses other columns).
+fn wide(ids: Option<&Column<CudaBackend>>) -> bool {
+    matches!(ids, Some(Column::U64(_)))
+}
+
+/// The match kernel of `pass` for `K` and the sides' id words (kernels/phj.cu's
+/// `MATCH_KERNELS`: `_4` for u32 ids, `_8` for u64; the count pass names the probe side's).
+fn match_kernel<K: Key>(pass: MatchPass, probe_wide: bool, build_wide: bool) -> &'static str {
+    const NAMES: [[[&str; 4]; 3]; 2] = [
+        [
+            [
+                "phj_count_u32_4",
+                "phj_count_u32_4",
+                "phj_count_u32_8",
+                "phj_count_u32_8",
+            ],
+            [
+                "phj_write_u32_4_4",
+                "phj_write_u32_4_8",
+                "phj_write_u32_8_4",
+                "phj_write_u32_8_8",
+            ],
+            [
+                "phj_join_u32_4_4",
+                "phj_join_u32_4_8",
+                "phj_join_u32_8_4",
+                "phj_join_u32_8_8",
+            ],
+        ],
+        [
+            [
+                "phj_count_u64_4",
+                "phj_count_u64_4",
+                "phj_count_u64_8",
+                "phj_count_u64_8",
+            ],
+            [
+                "phj_write_u64_4_4",
+                "phj_write_u64_4_8",
+                "phj_write_u64_8_4",
+                "phj_write_u64_8_8",
+            ],
+            [
+                "phj_join_u64_4_4",
+                "phj_join_u64_4_8",
+                "phj_join_u64_8_4",
+                "phj_join_u64_8_8",
+            ],
+        ],
+    ];
+    let key = usize::from(K::BITS == 64);
+    NAMES[key][pass as usize][2 * usize::from(probe_wide) + usize::from(build_wide)]
+}
+
+/// The passes of the match (kernels/phj.cu).
+#[derive(Clone, Copy)]
+enum MatchPass {
+    /// Counts each item's pairs (and marks flags).
+    Count = 0,
+    /// Writes each item's pairs at its scanned count.
+    Write = 1,
+    /// Counts and writes in one pass (unique build side).
+    Join = 2,
+}
+
+/// The device address of a column of ids.
+fn column_ptr(c: &Column<CudaBackend>) -> u64 {
+    each_column!(c, b => b.device_ptr())
+}
+
+/// An output column of `rows` words of a side's ids (`u32` for rows).
+fn id_column(
+    b: &CudaBackend,
+    ids: Option<&Column<CudaBackend>>,
+    rows: usize,
+) -> Result<Column<CudaBackend>> {
+    Ok(match ids {
+        Some(Column::U64(_)) => Column::U64(b.alloc::<u64>(rows)?),
+        _ => Column::U32(b.alloc::<u32>(rows)?),
+    })
+}
 
 /// Element `i` of a device buffer, read back (one synchronization).
 fn read_at<T: joinkit_cuda::Element>(
@@ -254,18 +340,18 @@ fn check_status(status: u32, want: &CoWant) -> Result<()> {
     Ok(())
 }
 
-/// Launches one of the match kernels (`names`: its u32 and u64 key versions) over the items.
+/// Launches the match kernel `name` (from [`match_kernel`]) over the items.
 ///
 /// # Safety
 /// `params` names buffers as that kernel reads and writes them (see each call).
-unsafe fn launch_pass<K: Key>(
+unsafe fn launch_pass(
     b: &CudaBackend,
-    names: [&'static str; 2],
+    name: &'static str,
     params: &CoParams,
     smem: usize,
     what: &'static str,
 ) -> Result<()> {
-    let f = b.function(&KERNELS, key_name::<K>(names[0], names[1]))?;
+    let f = b.function(&KERNELS, name)?;
     let cfg = join_config(b, &f, smem, params.n_items)?;
     let mut args = b.stream().launch_builder(&f);
     args.arg(params);
@@ -467,7 +553,12 @@ impl CoPartitionJoin for CudaBackend {
             Ok(CoJoined {
                 pairs: want
                     .pairs
-                    .then(|| Ok::<_, Error>((self.alloc::<u32>(0)?, self.alloc::<u32>(0)?)))
+                    .then(|| {
+                        Ok::<_, Error>((
+                            id_column(self, probe.ids, 0)?,
+                            id_column(self, build.ids, 0)?,
+                        ))
+                    })
                     .transpose()?,
                 flags,
                 total: 0,
@@ -521,7 +612,7 @@ impl CoPartitionJoin for CudaBackend {
         let mut words = zeros::<u64>(self, 2)?;
         let capacity = self.build_capacity::<K>();
         let smem = table_bytes(capacity, (K::BITS / 8) as usize);
-        let ids = |i: Option<&DeviceBuffer<u32>>| i.map_or(0, |b| b.device_ptr());
+        let ids = |i: Option<&Column<Self>>| i.map_or(0, column_ptr);
         let mut params = CoParams {
             probe_keys: probe.keys.device_ptr(),
             probe_ids: ids(probe.ids),
@@ -551,21 +642,24 @@ impl CoPartitionJoin for CudaBackend {
             // Every probe row matches at most once: one pass, into outputs of the probe rows.
             let bound = usize::try_from(probe.pieces.rows)
                 .map_err(|_| Error::SizeOverflow("probe rows"))?;
-            let (mut out_p, mut out_b) = (self.alloc::<u32>(bound)?, self.alloc::<u32>(bound)?);
+            let (mut out_p, mut out_b) = (
+                id_column(self, probe.ids, bound)?,
+                id_column(self, build.ids, bound)?,
+            );
             params.out_cursor = words.device_ptr() + 8;
             params.out_capacity = bound as u64;
-            params.out_probe = out_p.device_ptr();
-            params.out_build = out_b.device_ptr();
-            let names = ["phj_join_u32", "phj_join_u64"];
+            params.out_probe = column_ptr(&out_p);
+            params.out_build = column_ptr(&out_b);
+            let name = match_kernel::<K>(MatchPass::Join, wide(probe.ids), wide(build.ids));
             // SAFETY: as the count pass below, plus the zeroed cursor word; each item writes its
             // pairs at the rows it reserved below `bound` (checked in the kernel, which flags
             // an overflow instead of writing past it).
-            unsafe { launch_pass::<K>(self, names, &params, smem, "launching the PHJ match") }?;
+            unsafe { launch_pass(self, name, &params, smem, "launching the PHJ match") }?;
             let (status, total) = status_and_total(self, &words)?;
             check_status(status, &want)?;
             let rows = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output"))?;
-            out_p.truncate(rows);
-            out_b.truncate(rows);
+            each_column!(&mut out_p, c => c.truncate(rows));
+            each_column!(&mut out_b, c => c.truncate(rows));
             return Ok(CoJoined {
                 pairs: Some((out_p, out_b)),
                 flags,
@@ -574,13 +668,13 @@ impl CoPartitionJoin for CudaBackend {
         }
         let counts = zeros::<u64>(self, items + 1)?;
         params.counts = counts.device_ptr();
-        let names = ["phj_count_u32", "phj_count_u64"];
+        let name = match_kernel::<K>(MatchPass::Count, wide(probe.ids), wide(build.ids));
         // SAFETY: the count pass reads the pieces (built by this backend, inside their key and
         // id columns), the items (n_items of them, each naming an existing piece pair) and
         // writes n_items counts, flags below flags_len and the status word; the dynamic shared
         // memory holds a table of `capacity` rows, and build pieces are at most that long
         // (check_sides).
-        unsafe { launch_pass::<K>(self, names, &params, smem, "launching the PHJ count pass") }?;
+        unsafe { launch_pass(self, name, &params, smem, "launching the PHJ count pass") }?;
         let offsets = self.exclusive_sum(&counts)?;
         drop(counts);
         self.stream()
@@ -601,19 +695,20 @@ impl CoPartitionJoin for CudaBackend {
 
         // Write pass: exactly `total` pairs.
         let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
-        let (out_p, out_b) = (self.alloc::<u32>(n)?, self.alloc::<u32>(n)?);
+        let (out_p, out_b) = (
+            id_column(self, probe.ids, n)?,
+            id_column(self, build.ids, n)?,
+        );
         if n > 0 {
             params.counts = offsets.device_ptr();
             params.flags = 0;
-            params.out_probe = out_p.device_ptr();
-            params.out_build = out_b.device_ptr();
-            let names = ["phj_write_u32", "phj_write_u64"];
+            params.out_probe = column_ptr(&out_p);
+            params.out_build = column_ptr(&out_b);
+            let name = match_kernel::<K>(MatchPass::Write, wide(probe.ids), wide(build.ids));
             // SAFETY: as the count pass; each item writes its pairs at its scanned offset, the
             // same number the count pass counted for it (the counts depend on the pieces' keys
             // only), so all writes fall inside the `total` rows of `out_p` and `out_b`.
-            unsafe {
-                launch_pass::<K>(self, names, &params, smem, "launching the PHJ write pass")
-            }?;
+            unsafe { launch_pass(self, name, &params, smem, "launching the PHJ write pass") }?;
         }
         Ok(CoJoined {
             pairs: Some((out_p, out_b)),

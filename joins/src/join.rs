@@ -107,9 +107,9 @@ pub(crate) struct Matched<B: Backend, K: Key> {
     /// PHJ-OM in `join_columns`: how each side's payloads reach partitioned order (left,
     /// right).
     pub(crate) partitioned: Option<(PartitionedSide<B, K>, PartitionedSide<B, K>)>,
-    /// The pairs hold each side's only payload column's values, not ids
-    /// ([`crate::phj::Layout::Payloads`]).
-    pub(crate) payloads: bool,
+    /// Each side's only payload column in output order, written by the match in place of ids
+    /// ([`crate::phj::Layout::Payloads`]; `pairs` is then `None`).
+    pub(crate) columns: Option<(Column<B>, Column<B>)>,
 }
 
 /// Times phases and records them in order.
@@ -285,7 +285,7 @@ fn hash_match<B: JoinBackend, K: Key>(
             left_only,
             sorted: None,
             partitioned: None,
-            payloads: false,
+            columns: None,
         })
     })
 }
@@ -339,7 +339,7 @@ fn merge_match<B: JoinBackend, K: Key>(
             left_only,
             sorted: Some((lr, rr)),
             partitioned: None,
-            payloads: false,
+            columns: None,
         })
     })
 }
@@ -520,9 +520,9 @@ pub(crate) fn gather_columns<B: JoinBackend>(
 /// carries each side's first payload column through its radix partition and partitions every
 /// further column again with the keys, one at a time. So SMJ-OM holds at most one transformed
 /// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
-/// A PHJ-OM inner join with one `Column::U32` payload a side has its match write the carried
-/// payloads themselves, so nothing is gathered; with `right_unique` on CUDA, those output
-/// columns keep an allocation of one row per left row, however few match.
+/// A PHJ-OM inner join with one unsigned payload a side (`Column::U32` or `Column::U64`) has its
+/// match write the carried payloads themselves, so nothing is gathered; with `right_unique` on
+/// CUDA, those output columns keep an allocation of one row per left row, however few match.
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
@@ -557,9 +557,12 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         &right.payloads[..],
     ) {
         // Narrow: the match writes the payloads themselves.
-        (Algorithm::PhjOm, JoinKind::Inner, [l @ Column::U32(_)], [r @ Column::U32(_)]) => {
-            Layout::Payloads { left: l, right: r }
-        }
+        (
+            Algorithm::PhjOm,
+            JoinKind::Inner,
+            [l @ (Column::U32(_) | Column::U64(_))],
+            [r @ (Column::U32(_) | Column::U64(_))],
+        ) => Layout::Payloads { left: l, right: r },
         (Algorithm::PhjOm, ..) => Layout::Positions {
             left: left.payloads.first(),
             right: right
@@ -580,15 +583,11 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         layout,
         &budget,
     )?;
-    let result = if m.payloads {
-        let (l, r) = m
-            .pairs
-            .take()
-            .ok_or_else(|| Error::Corrupt("an inner join matched no pairs".into()))?;
+    let result = if let Some((l, r)) = m.columns.take() {
         let rows = l.len() as u64;
         Materialized {
-            left: vec![Column::U32(l)],
-            right: vec![Column::U32(r)],
+            left: vec![l],
+            right: vec![r],
             right_valid: None,
             rows,
         }

@@ -53,9 +53,9 @@ pub(crate) enum Layout<'a, B: Backend> {
         left: Option<&'a Column<B>>,
         right: Option<&'a Column<B>>,
     },
-    /// Each side's only payload column, both `Column::U32` (PHJ-OM's narrow inner join in
-    /// join_columns): carried through the partition as in `Positions`, then written by the
-    /// match in place of ids, so the pairs are the output columns and no gather follows.
+    /// Each side's only payload column, `Column::U32` or `Column::U64` (PHJ-OM's narrow inner
+    /// join in join_columns): carried through the partition as in `Positions`, then written by
+    /// the match in place of ids, so the pairs are the output columns and no gather follows.
     Payloads {
         left: &'a Column<B>,
         right: &'a Column<B>,
@@ -119,32 +119,33 @@ fn bucket_capacity(rows: usize, fanout: usize, max: usize) -> usize {
         .clamp(32.min(max), max)
 }
 
-/// (left, right) ids of matching pairs.
-type Pairs<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
+/// (left, right) words of matching pairs: ids, or a narrow join's payloads.
+type Pairs<B> = (Column<B>, Column<B>);
 
 /// What a join keeps: pairs (inner, outer) and left rows (semi, anti, outer).
 type Selected<B> = (Option<Pairs<B>>, Option<<B as Backend>::Buf<u32>>);
 
-/// The u32 row ids a partition carried (or, for [`Layout::Payloads`], its u32 payload), if any.
-fn u32_ids<B: Backend>(ids: Option<&Column<B>>) -> Result<Option<&B::Buf<u32>>> {
-    match ids {
-        None => Ok(None),
-        Some(Column::U32(ids)) => Ok(Some(ids)),
-        Some(_) => Err(Error::Corrupt("row ids of another width".into())),
-    }
+/// (left, right) ids of matching pairs: row ids or positions.
+type IdPairs<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
+
+/// Pairs of ids (row ids or positions, u32 words) as buffers.
+fn id_pairs<B: Backend>(pairs: Option<Pairs<B>>) -> Result<Option<IdPairs<B>>> {
+    pairs
+        .map(|pair| match pair {
+            (Column::U32(l), Column::U32(r)) => Ok((l, r)),
+            _ => Err(Error::Corrupt("the match wrote ids wider than u32".into())),
+        })
+        .transpose()
 }
 
 /// What the match writes for a partitioned side: its row ids, its carried payload (with
 /// `payloads`), or, when it carried neither, its partitioned positions (`None`).
-fn match_ids<B: Backend, K: Key>(
-    p: &Partitioned<B, K>,
-    payloads: bool,
-) -> Result<Option<&B::Buf<u32>>> {
-    u32_ids(if payloads {
+fn match_ids<B: Backend, K: Key>(p: &Partitioned<B, K>, payloads: bool) -> Option<&Column<B>> {
+    if payloads {
         p.payloads.first()
     } else {
         p.row_ids.as_ref()
-    })
+    }
 }
 
 fn no_ids() -> Error {
@@ -238,12 +239,12 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
         let probe = CoSide {
             keys: &pl.keys,
             pieces: &lp,
-            ids: match_ids(&pl, payloads)?,
+            ids: match_ids(&pl, payloads),
         };
         let build = CoSide {
             keys: &pr.keys,
             pieces: &rp,
-            ids: match_ids(&pr, payloads)?,
+            ids: match_ids(&pr, payloads),
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;
@@ -269,12 +270,17 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
             ))
         }
     };
+    let (pairs, columns) = if payloads {
+        (None, pairs)
+    } else {
+        (id_pairs(pairs)?, None)
+    };
     Ok(Matched {
         pairs,
         left_only,
         sorted: None,
         partitioned,
-        payloads,
+        columns,
     })
 }
 
@@ -319,21 +325,21 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
         let probe = CoSide {
             keys: &cl.keys,
             pieces: &lp,
-            ids: Some(u32_ids(cl.row_ids.as_ref())?.ok_or_else(no_ids)?),
+            ids: Some(cl.row_ids.as_ref().ok_or_else(no_ids)?),
         };
         let build = CoSide {
             keys: &cr.keys,
             pieces: &rp,
-            ids: Some(u32_ids(cr.row_ids.as_ref())?.ok_or_else(no_ids)?),
+            ids: Some(cr.row_ids.as_ref().ok_or_else(no_ids)?),
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;
     Ok(Matched {
-        pairs,
+        pairs: id_pairs(pairs)?,
         left_only,
         sorted: None,
         partitioned: None,
-        payloads: false,
+        columns: None,
     })
 }
 

@@ -6,8 +6,8 @@
 
 use joinkit::reference::join_pairs;
 use joinkit::{
-    Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, CpuBackend, Error, JoinKind, JoinOptions,
-    NULL_ROW, join_rows, set_cpu_phj_limits,
+    Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, Column, CpuBackend, Error, JoinKind,
+    JoinOptions, NULL_ROW, join_rows, set_cpu_phj_limits,
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
@@ -103,7 +103,8 @@ fn tiny_pieces_u64() {
 }
 
 /// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
-/// ids through maps, flags; pairs equal the per-partition nested loop.
+/// ids through maps (4-byte probe ids, 8-byte build ids), flags; pairs equal the per-partition
+/// nested loop. Signed ids are refused.
 #[test]
 fn copartition_join_on_hand_made_pieces() {
     let b = CpuBackend::new();
@@ -115,27 +116,44 @@ fn copartition_join_on_hand_made_pieces() {
     assert_eq!(bp.offsets, vec![0, 3, 4]);
     assert_eq!(bp.len, vec![2, 2, 1, 2]);
     assert_eq!((bp.max_per_partition, bp.max_len, bp.rows), (3, 2, 7));
-    let build_ids: Vec<u32> = (0..7).map(|i| 100 + i).collect();
+    let build_ids: Vec<u64> = (0..7).map(|i| (1 << 40) + 100 + i).collect();
     let probe_ids: Vec<u32> = (0..9).map(|i| 8 - i).collect();
+    let (probe_col, build_col) = (
+        Column::U32(probe_ids.clone()),
+        Column::U64(build_ids.clone()),
+    );
+    let want_all = CoWant {
+        pairs: true,
+        flags_len: Some(9),
+        unique_build: false,
+    };
+    let probe = CoSide {
+        keys: &probe_keys,
+        pieces: &pp,
+        ids: Some(&probe_col),
+    };
     let out = b
         .copartition_join(
-            &CoSide {
-                keys: &probe_keys,
-                pieces: &pp,
-                ids: Some(&probe_ids),
-            },
+            &probe,
             &CoSide {
                 keys: &build_keys,
                 pieces: &bp,
-                ids: Some(&build_ids),
+                ids: Some(&build_col),
             },
-            CoWant {
-                pairs: true,
-                flags_len: Some(9),
-                unique_build: false,
-            },
+            want_all,
         )
         .unwrap();
+    let signed = Column::I32(vec![0i32; 7]);
+    let refused = b.copartition_join(
+        &probe,
+        &CoSide {
+            keys: &build_keys,
+            pieces: &bp,
+            ids: Some(&signed),
+        },
+        want_all,
+    );
+    assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     let mut want = Vec::new();
     for (lo, hi, plo, phi) in [(0, 5, 0, 4), (5, 7, 4, 9)] {
         for p in plo..phi {
@@ -147,8 +165,10 @@ fn copartition_join_on_hand_made_pieces() {
         }
     }
     want.sort_unstable();
-    let (pl, pr) = out.pairs.unwrap();
-    let mut got: Vec<(u32, u32)> = pl.into_iter().zip(pr).collect();
+    let Some((Column::U32(pl), Column::U64(pr))) = out.pairs else {
+        panic!("pairs of the ids' widths expected");
+    };
+    let mut got: Vec<(u32, u64)> = pl.into_iter().zip(pr).collect();
     got.sort_unstable();
     assert_eq!(got, want);
     assert_eq!(out.total, want.len() as u64);

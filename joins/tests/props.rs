@@ -143,29 +143,37 @@ fn materialized_payloads_match_the_reference() {
         .unwrap();
 }
 
-/// A table with one u32 payload column, a function of the row index.
-fn narrow_table<B: JoinBackend>(b: &B, keys: &[u32], salt: u64) -> Table<B, u32> {
-    let p: Vec<u32> = (0..keys.len() as u64)
-        .map(|i| joinkit_cuda::hash::hash64(i, salt) as u32)
-        .collect();
-    Table::new(
-        b.upload(keys).unwrap(),
-        vec![Column::U32(b.upload(&p).unwrap())],
-    )
-    .unwrap()
+/// Row `i`'s payload in a [`narrow_table`] with `salt`: 8 bytes when `wide`, else 4.
+fn narrow_payload(i: u64, salt: u64, wide: bool) -> u64 {
+    let h = joinkit_cuda::hash::hash64(i, salt);
+    if wide { h } else { u64::from(h as u32) }
 }
 
-/// The rows [`narrow_table`]s with salts 10 and 20 give for `kind`, as [`rows_of`] has them,
-/// sorted.
-fn narrow_expected(l: &[u32], r: &[u32], kind: JoinKind) -> Vec<Vec<u64>> {
-    let pay = |i: u32, salt| u64::from(joinkit_cuda::hash::hash64(u64::from(i), salt) as u32);
+/// Keys and one payload column, `Column::U64` when `wide`, else `Column::U32`.
+fn narrow_table<B: JoinBackend, K: Key>(b: &B, keys: &[K], salt: u64, wide: bool) -> Table<B, K> {
+    let p: Vec<u64> = (0..keys.len() as u64)
+        .map(|i| narrow_payload(i, salt, wide))
+        .collect();
+    let column = if wide {
+        Column::U64(b.upload(&p).unwrap())
+    } else {
+        let p: Vec<u32> = p.iter().map(|&v| v as u32).collect();
+        Column::U32(b.upload(&p).unwrap())
+    };
+    Table::new(b.upload(keys).unwrap(), vec![column]).unwrap()
+}
+
+/// The rows [`narrow_table`]s with salts 10 and 20 (payload widths `wide`) give for `kind`, as
+/// [`rows_of`] has them, sorted.
+fn narrow_expected<K: Key>(l: &[K], r: &[K], kind: JoinKind, wide: [bool; 2]) -> Vec<Vec<u64>> {
+    let pay = |i: u32, salt, w| narrow_payload(u64::from(i), salt, w);
     let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
         .into_iter()
         .map(
             |(li, ri)| match (kind.has_right_rows(), ri == joinkit::NULL_ROW) {
-                (false, _) => vec![pay(li, 10), 1],
-                (true, true) => vec![pay(li, 10), 0, 0],
-                (true, false) => vec![pay(li, 10), pay(ri, 20), 1],
+                (false, _) => vec![pay(li, 10, wide[0]), 1],
+                (true, true) => vec![pay(li, 10, wide[0]), 0, 0],
+                (true, false) => vec![pay(li, 10, wide[0]), pay(ri, 20, wide[1]), 1],
             },
         )
         .collect();
@@ -173,31 +181,58 @@ fn narrow_expected(l: &[u32], r: &[u32], kind: JoinKind) -> Vec<Vec<u64>> {
     rows
 }
 
-/// One u32 payload a side: PHJ-OM's inner join writes the payloads in its match (no gather);
-/// every algorithm and kind, right keys as drawn and deduplicated under `right_unique`.
-#[test]
-fn narrow_payloads_match_the_reference() {
+/// One payload a side, 4 or 8 bytes each (drawn): PHJ-OM's inner join writes the payloads in
+/// its match (no gather); every algorithm and kind, right keys as drawn and deduplicated under
+/// `right_unique`.
+fn check_narrow<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
-    let gpu = gpu("narrow_payloads_match_the_reference");
+    let gpu = gpu(test);
+    #[cfg(not(feature = "cuda"))]
+    let _ = test;
     runner()
-        .run(&(keys::<u32>(), keys::<u32>()), |(l, r)| {
-            each_case(&r, &Algorithm::CONCRETE, |r, kind, opts| {
-                let want = narrow_expected(&l, r, kind);
-                let got = narrow_rows(&CpuBackend::new(), &l, r, &opts);
-                prop_assert_eq!(&got, &want, "cpu {:?}", opts);
-                #[cfg(feature = "cuda")]
-                if let Some(g) = &gpu {
-                    prop_assert_eq!(&narrow_rows(g, &l, r, &opts), &want, "cuda {:?}", opts);
-                }
-                Ok(())
-            })
-        })
+        .run(
+            &(keys::<K>(), keys::<K>(), any::<[bool; 2]>()),
+            |(l, r, wide)| {
+                each_case(&r, &Algorithm::CONCRETE, |r, kind, opts| {
+                    let want = narrow_expected(&l, r, kind, wide);
+                    let got = narrow_rows(&CpuBackend::new(), &l, r, &opts, wide);
+                    prop_assert_eq!(&got, &want, "cpu {:?} {:?}", opts, wide);
+                    #[cfg(feature = "cuda")]
+                    if let Some(g) = &gpu {
+                        let got = narrow_rows(g, &l, r, &opts, wide);
+                        prop_assert_eq!(&got, &want, "cuda {:?} {:?}", opts, wide);
+                    }
+                    Ok(())
+                })
+            },
+        )
         .unwrap();
 }
 
-fn narrow_rows<B: JoinBackend>(b: &B, l: &[u32], r: &[u32], opts: &JoinOptions) -> Vec<Vec<u64>> {
-    let (out, stats) =
-        join_columns(b, &narrow_table(b, l, 10), &narrow_table(b, r, 20), opts).unwrap();
+#[test]
+fn narrow_payloads_match_the_reference() {
+    check_narrow::<u32>("narrow_payloads_match_the_reference");
+}
+
+#[test]
+fn narrow_payloads_of_u64_keys_match_the_reference() {
+    check_narrow::<u64>("narrow_payloads_of_u64_keys_match_the_reference");
+}
+
+fn narrow_rows<B: JoinBackend, K: Key>(
+    b: &B,
+    l: &[K],
+    r: &[K],
+    opts: &JoinOptions,
+    wide: [bool; 2],
+) -> Vec<Vec<u64>> {
+    let (out, stats) = join_columns(
+        b,
+        &narrow_table(b, l, 10, wide[0]),
+        &narrow_table(b, r, 20, wide[1]),
+        opts,
+    )
+    .unwrap();
     assert_eq!(stats.output_rows, out.rows);
     let mut rows = rows_of(b, &out);
     rows.sort_unstable();
