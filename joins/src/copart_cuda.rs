@@ -82,12 +82,13 @@ struct CoParams {
     out_build: u64,
     status: u64,
     out_cursor: u64,
+    item_cursor: u64,
     out_capacity: u64,
     capacity: u32,
     unique_build: u32,
 }
 
-// SAFETY: a repr(C) struct of integers without padding (21 x 8 + 2 x 4 bytes), laid out as
+// SAFETY: a repr(C) struct of integers without padding (22 x 8 + 2 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
 
@@ -608,8 +609,9 @@ impl CoPartitionJoin for CudaBackend {
         )?;
 
         // Word 0: the status (kStatus* bits, its low half); word 1: the one-pass join's output
-        // cursor, or the count pass's total copied in. Read back together: one synchronization.
-        let mut words = zeros::<u64>(self, 2)?;
+        // cursor, or the count pass's total copied in (read back together: one synchronization);
+        // word 2: the one-pass join's cursor of item runs.
+        let mut words = zeros::<u64>(self, 3)?;
         let capacity = self.build_capacity::<K>();
         let smem = table_bytes(capacity, (K::BITS / 8) as usize);
         let ids = |i: Option<&Column<Self>>| i.map_or(0, column_ptr);
@@ -634,6 +636,7 @@ impl CoPartitionJoin for CudaBackend {
             out_build: 0,
             status: words.device_ptr(),
             out_cursor: 0,
+            item_cursor: 0,
             out_capacity: 0,
             capacity: capacity as u32,
             unique_build: u32::from(want.unique_build),
@@ -647,6 +650,7 @@ impl CoPartitionJoin for CudaBackend {
                 id_column(self, build.ids, bound)?,
             );
             params.out_cursor = words.device_ptr() + 8;
+            params.item_cursor = words.device_ptr() + 16;
             params.out_capacity = bound as u64;
             params.out_probe = column_ptr(&out_p);
             params.out_build = column_ptr(&out_b);
