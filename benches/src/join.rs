@@ -112,14 +112,15 @@ pub(crate) struct JoinArgs {
     seed: u64,
 }
 
-/// The plot of a join sweep: throughput against |R|, a line per algorithm.
+/// The plot of a join sweep: throughput against |R|, a line per requested algorithm (`auto`
+/// is one line, whichever algorithm it ran at each point).
 pub(crate) const PLOT: PlotSpec = PlotSpec {
     table: "join",
     x: "r",
     x_label: "|R| (rows)",
     y: &["M tuples/s"],
     y_label: "(|R| + |S|) / time (M tuples/s)",
-    series: &["algorithm", "kind"],
+    series: &["requested", "kind"],
 };
 
 /// Kinds by their command-line names.
@@ -199,9 +200,11 @@ fn median_run<O>(
     measure::median_run(runs, join, JoinStats::total_ms)
 }
 
-/// A join's statistics as row fields, after the row's own.
-fn with_stats(row: Row, st: &JoinStats) -> Row {
-    row.with("algorithm", st.algorithm.name())
+/// A join's statistics as row fields, after the row's own: the algorithm `requested` (`auto`,
+/// or the one given) and the one that ran.
+fn with_stats(row: Row, requested: Algorithm, st: &JoinStats) -> Row {
+    row.with("requested", requested.name())
+        .with("algorithm", st.algorithm.name())
         .with("kind", kind_name(st.kind))
         .with("total ms", st.total_ms())
         .with("plan ms", st.phase_ms("plan"))
@@ -251,6 +254,7 @@ fn join_files(
         Row::new("join")
             .with("left rows", left.rows())
             .with("right rows", right.rows()),
+        opts.algorithm,
         &st,
     ));
     Ok(())
@@ -417,7 +421,7 @@ fn bench<B: JoinBackend, K: Key>(
         let floor_ms = (inputs + output) / (bw * 1e9) * 1e3;
         let row = Row::new("join").with("r", r.len()).with("s", s.len());
         ctx.report.row(
-            with_stats(row, &st)
+            with_stats(row, algorithm, &st)
                 .with("floor %", 100.0 * floor_ms / st.total_ms())
                 .with_opt("chunks", chunks)
                 .with_opt(

@@ -16,7 +16,9 @@
 //!    20.5–20.9; at 0.3 the two within 2.5 % (20.3 against 19.9 and 20.8); at 0.5 PHJ-OM
 //!    21.2–21.4 against 25.6. So the crossover is near 0.3, and 0.25 sends to GFUR only the
 //!    ratios where it clearly wins. Before the partition passes ran on CUB and the match took
-//!    one pass, GFUR won up to 0.5.)
+//!    one pass, GFUR won up to 0.5.) Not on the CPU, whose bucket-chain partition makes PHJ-UM
+//!    the slower at every ratio measured ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and
+//!    the match ratio is not sampled).
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
 //!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
 //!    and on the CPU.
@@ -64,22 +66,30 @@ pub struct ChoiceParams {
     pub cached_table_bytes: usize,
     /// Output payload bytes per row (both sides together) from which GFUR can pay.
     pub wide_payload_bytes: usize,
-    /// Below this match ratio, a wide join runs GFUR (PHJ-UM).
+    /// Below this match ratio, a wide join runs GFUR (PHJ-UM); 0: never.
     pub gfur_match_ratio: f64,
     /// Top-key shares from which both sides count as skewed on one key.
     pub skew_share: f64,
 }
 
 impl ChoiceParams {
-    /// The thresholds for `b`: its cache size (see [`CoPartitionJoin::cached_table_bytes`]), and
-    /// the payload, match ratio and skew thresholds measured on the H200.
+    /// The thresholds for `b`: its cache size (see [`CoPartitionJoin::cached_table_bytes`]) and
+    /// GFUR's match ratio ([`CoPartitionJoin::gfur_match_ratio`]), and the payload and skew
+    /// thresholds measured on the H200.
     pub fn for_backend<B: CoPartitionJoin>(b: &B) -> Self {
         Self {
             cached_table_bytes: b.cached_table_bytes().unwrap_or(0),
             wide_payload_bytes: 16,
-            gfur_match_ratio: 0.25,
+            gfur_match_ratio: b.gfur_match_ratio(),
             skew_share: 0.01,
         }
+    }
+
+    /// Whether the tree looks at the match ratio for output rows of `payload_bytes` (both
+    /// sides): for wide joins, where GFUR can win on this backend. Sampling it costs a read of
+    /// the right keys.
+    pub fn wants_match_ratio(&self, payload_bytes: usize) -> bool {
+        self.is_wide(payload_bytes) && self.gfur_match_ratio > 0.0
     }
 
     /// Whether the global hash table of a build side of `right_rows` (16 bytes a row at load
@@ -241,6 +251,9 @@ mod tests {
         assert_eq!(choose(&skewed, &p), Algorithm::SmjOm);
         let cpu = ChoiceParams::for_backend(&CpuBackend::new());
         assert_eq!(choose(&stats(1000, 4, 1.0), &cpu), Algorithm::PhjOm);
+        // GFUR never wins on the CPU: wide joins with few matches stay GFTR, unsampled.
+        assert_eq!(choose(&stats(1 << 27, 8, 0.1), &cpu), Algorithm::PhjOm);
+        assert!(!cpu.wants_match_ratio(16) && p.wants_match_ratio(16) && !p.wants_match_ratio(8));
     }
 
     #[test]

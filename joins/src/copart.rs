@@ -103,6 +103,12 @@ pub trait CoPartitionJoin: Backend {
     /// at every size measured (the CPU).
     fn cached_table_bytes(&self) -> Option<usize>;
 
+    /// The match ratio below which a wide join's GFUR (PHJ-UM: gather only the matches'
+    /// payloads) beats GFTR (PHJ-OM: transform every payload column) on this backend; 0 where
+    /// GFUR never wins (the CPU, whose bucket-chain partition is slow: 2^20 ⋈ 2^21, 2+2 wide,
+    /// match ratio 0.1, PHJ-UM 426 ms against PHJ-OM 140 ms on 2 cores).
+    fn gfur_match_ratio(&self) -> f64;
+
     /// Most rows of a build piece, for keys of type `K`: what one work item's table holds (on
     /// CUDA, from the shared memory the device offers; on the CPU, what stays in cache).
     fn build_capacity<K: Key>(&self) -> usize;
@@ -460,6 +466,10 @@ fn atomic_flags(flags: &mut [u32]) -> &[AtomicU32] {
 impl CoPartitionJoin for CpuBackend {
     fn cached_table_bytes(&self) -> Option<usize> {
         None
+    }
+
+    fn gfur_match_ratio(&self) -> f64 {
+        0.0
     }
 
     fn build_capacity<K: Key>(&self) -> usize {

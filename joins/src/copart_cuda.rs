@@ -369,6 +369,11 @@ impl CoPartitionJoin for CudaBackend {
         Some(self.info().l2_bytes + (self.info().l2_bytes >> 3))
     }
 
+    fn gfur_match_ratio(&self) -> f64 {
+        // H200, 4 B 2+2 wide: PHJ-UM wins clearly at 0.1, ties near 0.3 (choose.rs).
+        0.25
+    }
+
     fn build_capacity<K: Key>(&self) -> usize {
         let info = self.info();
         let budget = (info.shared_per_sm as usize / blocks_per_sm::<K>())

@@ -169,8 +169,7 @@ fn resolve<B: JoinBackend, K: Key>(
     if params.table_is_cached(right.len()) {
         return Ok((Algorithm::NphjOpen, None));
     }
-    // The match ratio costs a read of the right keys; the tree looks at it for wide joins only.
-    let match_ratio = params.is_wide(payload_bytes.0 + payload_bytes.1);
+    let match_ratio = params.wants_match_ratio(payload_bytes.0 + payload_bytes.1);
     let sampled = ph.run("plan", || {
         sample_stats(
             b,
