@@ -219,8 +219,12 @@ fn draw<DB: DrawingBackend>(
     let (x0, x1) = points().fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p.0), h.max(p.0)));
     let y1 = points().fold(0f64, |h, p| h.max(p.1));
     let pad = if c.log2 { 0.25 } else { (x1 - x0) * 0.04 };
+    // The title (command, device, revision) is centred over the plot area: shrink it to fit
+    // (about 0.55 em a character) so that a long device name is not cut at the left edge.
+    let room = f64::from(SIZE.0 - LEGEND_WIDTH) / (0.55 * c.title.chars().count().max(1) as f64);
+    let caption_size = room.clamp(10.0, 20.0);
     let mut chart = ChartBuilder::on(&plot_area)
-        .caption(&c.title, ("sans-serif", 20))
+        .caption(&c.title, ("sans-serif", caption_size))
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(70)
