@@ -181,7 +181,7 @@ __device__ __forceinline__ void mark_probe(const CoParams& p, uint64_t id) {
     atomicOr(ptr<uint32_t>(p.status), kStatusBadId);
 }
 
-// One item's pieces, decoded by thread 0.
+// One item's pieces, decoded by one thread (thread 0 the first, then a thread of warp 1).
 struct Item {
   uint64_t probe_begin, build_begin;
   uint32_t probe_len, build_len;
@@ -440,18 +440,28 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
   __syncthreads();  // the next round reuses `round`
 }
 
-// Consecutive items a block of the one-pass join takes at a time: a hot partition's probe pieces
-// are consecutive items, so a run of them builds its table once. Runs are handed out by an
-// atomic counter (the first grid's worth by block index), which also keeps the blocks busy to the
-// end under skew: H200, 2^27 ⋈ 2^28 under Zipf 1.0, dealing items a grid apart left the busiest
-// SM 11 % above the average (uniform keys: 5 %).
-constexpr uint32_t kItemsPerRun = 4;
+// Consecutive items a block of the one-pass join takes at a time, at most: a hot partition's
+// probe pieces are consecutive items, so a run of them builds its table once. Runs are handed out
+// by an atomic counter (the first grid's worth by block index), which also keeps the blocks busy
+// to the end under skew: H200, 2^27 ⋈ 2^28 under Zipf 1.0, dealing items a grid apart left the
+// busiest SM 11 % above the average (uniform keys: 5 %). Fewer items than four a block get
+// shorter runs, so that every block has work.
+constexpr uint64_t kItemsPerRun = 4;
+
+// The items of a run for this launch: kItemsPerRun, or fewer when the items would not give
+// every block a full run. (Recomputed where needed: kept live across the item loop, it cost the
+// 4-byte-key kernels a register spill.)
+__device__ __forceinline__ uint64_t run_length(const CoParams& p) {
+  const uint64_t fair = p.n_items / gridDim.x;
+  return fair < 1 ? 1 : (fair < kItemsPerRun ? fair : kItemsPerRun);
+}
 
 // The item this block joins after `item`: the next of its run, or the first of the next run it
 // takes (at or past n_items when none is left).
 __device__ __forceinline__ uint64_t next_item(const CoParams& p, uint64_t item) {
-  if ((item + 1) % kItemsPerRun != 0) return item + 1;
-  return (gridDim.x + atomicAdd(ptr<unsigned long long>(p.item_cursor), 1ull)) * kItemsPerRun;
+  const uint64_t run = run_length(p);
+  if ((item + 1) % run != 0) return item + 1;
+  return (gridDim.x + atomicAdd(ptr<unsigned long long>(p.item_cursor), 1ull)) * run;
 }
 
 // The one-pass join of a unique build side (see the top of this file). While a block works on
@@ -473,7 +483,7 @@ __device__ void join_items(const CoParams& p) {
   // `items`: a slot is rewritten two items later, when every thread has read it).
   __shared__ uint64_t next_of[2];
   uint32_t cur = 0;
-  uint64_t item = uint64_t(blockIdx.x) * kItemsPerRun;
+  uint64_t item = blockIdx.x * run_length(p);
   if (threadIdx.x == 0) {
     built_begin = ~0ull;
     built_len = 0;

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result, hash};
+use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Error, Key, Result, hash};
 use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
 use rayon::prelude::*;
 
@@ -185,12 +185,14 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
             build.pieces.max_len
         )));
     }
-    for ids in [probe.ids, build.ids].into_iter().flatten() {
+    for (ids, keys) in [(probe.ids, probe.keys.len()), (build.ids, build.keys.len())] {
+        let Some(ids) = ids else { continue };
         if !matches!(ids, Column::U32(_) | Column::U64(_)) {
             return Err(Error::InvalidArgument(format!(
                 "co-partition ids of {ids:?}: u32 or u64 words only"
             )));
         }
+        Error::check_len("co-partition keys vs ids", keys, ids.len())?;
     }
     Ok(fanout)
 }

@@ -280,8 +280,8 @@ fn total_and_stats(
     Ok((s[4], [s[0], s[1], s[2], s[3]]))
 }
 
-/// The launch shape of the match kernels: a block per work item at a time, as many
-/// blocks as the SMs hold at once (or fewer items).
+/// The launch shape of the match kernels: as many blocks as the SMs hold at once (or fewer
+/// items), each joining one work item at a time (the one-pass join takes runs of them).
 fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
     // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
     // launch's need: the limit belongs to the kernel, shared by every thread launching it, and a

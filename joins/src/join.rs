@@ -363,8 +363,13 @@ fn run_match<B: JoinBackend, K: Key>(
             merge_match(b, ph, left, right, opts, budget)?
         }
     };
-    // The partitioned joins count inside their match: check before materializing.
-    let pairs = m.pairs.as_ref().map_or(0, |p| p.0.len() as u64);
+    // The partitioned joins count inside their match: check before materializing (the pairs,
+    // or the payload columns a narrow PHJ-OM join's match wrote).
+    let pairs = match (&m.pairs, &m.columns) {
+        (Some(p), _) => p.0.len() as u64,
+        (None, Some(c)) => c.0.len() as u64,
+        (None, None) => 0,
+    };
     budget.check(pairs + m.left_only.as_ref().map_or(0, |u| u.len() as u64))?;
     Ok(m)
 }

@@ -12,7 +12,7 @@ use common::gpu;
 use common::{expected_rows, keys, pairs_from, rows_of, runner, table};
 use joinkit::reference::join_pairs;
 use joinkit::{
-    Algorithm, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, NULL_ROW, Table,
+    Algorithm, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, NULL_ROW, Table,
     join_columns, join_columns_chunked, join_rows, join_rows_chunked,
 };
 use joinkit_cuda::{Buffer, Key};
@@ -34,6 +34,28 @@ fn column_row_bytes(kind: JoinKind) -> u64 {
         JoinKind::LeftOuter => 16,
         JoinKind::LeftSemi | JoinKind::LeftAnti => 0,
     }
+}
+
+/// Bytes of a materialized output row of [`narrow_table`]s (8 payload bytes a side; a validity
+/// word for left outer joins).
+fn narrow_row_bytes(kind: JoinKind) -> u64 {
+    8 + match kind {
+        JoinKind::Inner => 8,
+        JoinKind::LeftOuter => 12,
+        JoinKind::LeftSemi | JoinKind::LeftAnti => 0,
+    }
+}
+
+/// Keys and one 8-byte payload (PHJ-OM's inner join writes it in its match).
+fn narrow_table<B: JoinBackend>(b: &B, keys: &[u32], salt: u64) -> Table<B, u32> {
+    let p: Vec<u64> = (0..keys.len() as u64)
+        .map(|i| joinkit_cuda::hash::hash64(i, salt))
+        .collect();
+    Table::new(
+        b.upload(keys).unwrap(),
+        vec![Column::U64(b.upload(&p).unwrap())],
+    )
+    .unwrap()
 }
 
 /// The bytes a materialized output's buffers take.
@@ -172,6 +194,18 @@ fn unchunked_pairs<B: JoinBackend, K: Key>(
     assert_eq!(st.output_rows, p.len() as u64);
     p.sort_unstable();
     Ok(p)
+}
+
+fn unchunked_narrow_rows<B: JoinBackend>(
+    b: &B,
+    l: &[u32],
+    r: &[u32],
+    opts: &JoinOptions,
+) -> Result<Vec<Vec<u64>>, Error> {
+    let (out, _) = join_columns(b, &narrow_table(b, l, 10), &narrow_table(b, r, 20), opts)?;
+    let mut rows = rows_of(b, &out);
+    rows.sort_unstable();
+    Ok(rows)
 }
 
 fn unchunked_rows<B: JoinBackend, K: Key>(
@@ -321,6 +355,28 @@ fn budgets_hold<B: JoinBackend>(
                     "{} columns {}",
                     why,
                     columns
+                );
+            }
+            // One payload a side: PHJ-OM's inner join writes the payloads in its match.
+            let narrow = unchunked_narrow_rows(b, l, r, &opts).unwrap();
+            let bytes = n * narrow_row_bytes(kind);
+            let exact = opts.memory_budget(bytes);
+            prop_assert_eq!(
+                &unchunked_narrow_rows(b, l, r, &exact).unwrap(),
+                &narrow,
+                "{}",
+                why
+            );
+            if n > 0 {
+                prop_assert_eq!(
+                    unchunked_narrow_rows(b, l, r, &opts.memory_budget(bytes - 1)).err(),
+                    Some(Error::OutputOverBudget {
+                        rows: n,
+                        bytes,
+                        budget: bytes - 1
+                    }),
+                    "{} narrow",
+                    why
                 );
             }
         }

@@ -276,6 +276,23 @@ fn bad_input_is_a_typed_error() {
     on_cpu_and_gpu!("bad_input_is_a_typed_error", bad_input);
 }
 
+/// The narrow join's 8-byte payload path at a size where the one-pass match hands out runs of
+/// items from its counter (2^21 ⋈ 2^22, u64 keys, one u64 payload a side, PK-FK): GPU == CPU.
+#[cfg(feature = "cuda")]
+#[test]
+fn large_narrow_u64_join_matches_the_cpu() {
+    let Some(g) = gpu("large_narrow_u64_join_matches_the_cpu") else {
+        return;
+    };
+    let r: Vec<u64> = joinkit_datagen::unique_keys(1 << 21, 3);
+    let s: Vec<u64> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.9, 4);
+    let opts = JoinOptions::new(JoinKind::Inner)
+        .algorithm(Algorithm::PhjOm)
+        .right_unique(true);
+    let want = narrow_rows(&CpuBackend::new(), &s, &r, &opts, [true, true]);
+    assert_eq!(narrow_rows(&g, &s, &r, &opts, [true, true]), want);
+}
+
 /// A paper-shaped workload at 2^22 ⋈ 2^23 on the GPU against the CPU backend.
 #[cfg(feature = "cuda")]
 #[test]
