@@ -196,16 +196,27 @@ fn unchunked_pairs<B: JoinBackend, K: Key>(
     Ok(p)
 }
 
+/// The rows `join_columns` gives for two tables, sorted.
+fn sorted_rows<B: JoinBackend, K: Key>(
+    b: &B,
+    left: &Table<B, K>,
+    right: &Table<B, K>,
+    opts: &JoinOptions,
+) -> Result<Vec<Vec<u64>>, Error> {
+    let (out, st) = join_columns(b, left, right, opts)?;
+    assert_eq!(st.output_rows, out.rows);
+    let mut rows = rows_of(b, &out);
+    rows.sort_unstable();
+    Ok(rows)
+}
+
 fn unchunked_narrow_rows<B: JoinBackend>(
     b: &B,
     l: &[u32],
     r: &[u32],
     opts: &JoinOptions,
 ) -> Result<Vec<Vec<u64>>, Error> {
-    let (out, _) = join_columns(b, &narrow_table(b, l, 10), &narrow_table(b, r, 20), opts)?;
-    let mut rows = rows_of(b, &out);
-    rows.sort_unstable();
-    Ok(rows)
+    sorted_rows(b, &narrow_table(b, l, 10), &narrow_table(b, r, 20), opts)
 }
 
 fn unchunked_rows<B: JoinBackend, K: Key>(
@@ -214,11 +225,7 @@ fn unchunked_rows<B: JoinBackend, K: Key>(
     r: &[K],
     opts: &JoinOptions,
 ) -> Result<Vec<Vec<u64>>, Error> {
-    let (out, st) = join_columns(b, &table(b, l, 10), &table(b, r, 20), opts)?;
-    assert_eq!(st.output_rows, out.rows);
-    let mut rows = rows_of(b, &out);
-    rows.sort_unstable();
-    Ok(rows)
+    sorted_rows(b, &table(b, l, 10), &table(b, r, 20), opts)
 }
 
 /// Rows per chunk: one, a few, a fraction of the output, more than all of it; at least 1/48
