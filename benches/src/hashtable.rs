@@ -208,11 +208,15 @@ fn row<B: HashTables + RandomAccessFloors, K: Key>(
             table.load_factor(),
         ),
     };
+    // The order the build used, and whether Auto chose it.
+    let used = match table.build_order() {
+        BuildOrder::Clustered => "clustered",
+        _ => "input",
+    };
     let order = match (config.kind(), config.build_order_policy()) {
-        (TableKind::Chained, _) => "-",
-        (_, BuildOrder::Auto) => "auto",
-        (_, BuildOrder::Input) => "input",
-        (_, BuildOrder::Clustered) => "clustered",
+        (TableKind::Chained, _) => "-".to_string(),
+        (_, BuildOrder::Auto) => format!("auto: {used}"),
+        _ => used.to_string(),
     };
     ctx.report.row(
         Row::new("hashtable")

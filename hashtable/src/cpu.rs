@@ -7,7 +7,7 @@ use joinkit_cuda::hash::{hash32, hash64};
 use joinkit_cuda::{CpuBackend, Error, Key, PARALLEL_THRESHOLD, Result};
 use rayon::prelude::*;
 
-use crate::config::{NOT_FOUND, Probing, TableConfig, TableKind};
+use crate::config::{BuildOrder, NOT_FOUND, Probing, TableConfig, TableKind};
 use crate::table::{
     HashTable, HashTables, Matches, Storage, TILE_ROWS, check_probe_rows, check_retrieve, tiles,
 };
@@ -554,6 +554,7 @@ impl HashTables for CpuBackend {
             capacity,
             seed,
             max_probe: max_probe.into_inner(),
+            order: BuildOrder::Input,
         })
     }
 

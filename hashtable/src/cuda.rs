@@ -560,6 +560,7 @@ impl HashTables for CudaBackend {
             capacity,
             seed,
             max_probe: 0,
+            order: BuildOrder::Input,
         };
         if keys.is_empty() {
             return Ok(table);
@@ -598,7 +599,9 @@ impl HashTables for CudaBackend {
                     }
                     Err(e) => return Err(e),
                 };
-            if !clustered_done {
+            if clustered_done {
+                table.order = BuildOrder::Clustered;
+            } else {
                 build_open_raw(self, kind, probing, raw, &view, None, &mut status_view)?;
             }
         }

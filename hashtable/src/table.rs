@@ -2,7 +2,7 @@
 
 use joinkit_cuda::{Backend, Buffer, Error, Key, Result};
 
-use crate::config::{MAX_PROBE_ROWS, Probing, TableConfig, TableKind};
+use crate::config::{BuildOrder, MAX_PROBE_ROWS, Probing, TableConfig, TableKind};
 
 /// Probe rows per tile: match counts are summed per tile so that retrieve places matches by
 /// (tile offset + in-tile prefix) without a per-row offset array. The CUDA kernels use the same
@@ -31,6 +31,7 @@ pub struct HashTable<'k, B: Backend, K: Key> {
     pub(crate) capacity: usize,
     pub(crate) seed: u32,
     pub(crate) max_probe: u32,
+    pub(crate) order: BuildOrder,
 }
 
 impl<B: Backend, K: Key> HashTable<'_, B, K> {
@@ -62,6 +63,12 @@ impl<B: Backend, K: Key> HashTable<'_, B, K> {
     /// The hash seed.
     pub fn seed(&self) -> u32 {
         self.seed
+    }
+
+    /// The insert order the build used: [`BuildOrder::Input`] or [`BuildOrder::Clustered`]
+    /// (what [`BuildOrder::Auto`] resolved to; always input order for chaining and on the CPU).
+    pub fn build_order(&self) -> BuildOrder {
+        self.order
     }
 
     /// The longest probe sequence (in slots) an insert used; probes look no further. 0 for

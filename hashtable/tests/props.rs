@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use joinkit_cuda::{CpuBackend, Error, Key};
+use joinkit_cuda::{CpuBackend, DeviceKind, Error, Key};
 use joinkit_hashtable::{
     BuildOrder, HashTable, HashTables, NOT_FOUND, Probing, RandomAccessFloors, TableConfig,
     TableKind,
@@ -134,6 +134,17 @@ fn check_backend<B: HashTables, K: Key>(
     let probe_buf = b.upload(probe).unwrap();
     let table: HashTable<'_, B, K> = b.build_table(&keys, config).unwrap();
     prop_assert!(u64::from(table.max_probe()) <= table.capacity() as u64);
+    // The order the build used: clustered only where asked, on a GPU, for open addressing.
+    let clustered = b.kind() != DeviceKind::Cpu
+        && config.kind() != TableKind::Chained
+        && config.build_order_policy() == BuildOrder::Clustered
+        && !build.is_empty();
+    let used = if clustered {
+        BuildOrder::Clustered
+    } else {
+        BuildOrder::Input
+    };
+    prop_assert_eq!(table.build_order(), used);
 
     let matches = b.probe_count(&table, &probe_buf).unwrap();
     prop_assert_eq!(b.download(matches.counts()).unwrap(), want_counts.clone());
