@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Error, Key, Result, hash};
+use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result, hash};
 use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
 use rayon::prelude::*;
 
@@ -372,34 +372,18 @@ impl<K: Key> ItemTable<K> {
 
 /// A word the CPU match writes for a row: a row (`u32`), a carried row id, or a narrow join's
 /// 4- or 8-byte payload.
-trait IdWord: Copy + Default + Send + Sync {
-    /// Row `row` named by its position (only `u32` names rows).
-    fn row(row: usize) -> Self;
-    /// The flag this id marks, if it can index one.
-    fn flag_index(self) -> Option<usize>;
+trait IdWord: Element {
     /// A column of these words.
     fn column(words: Vec<Self>) -> Column<CpuBackend>;
 }
 
 impl IdWord for u32 {
-    fn row(row: usize) -> Self {
-        row as u32
-    }
-    fn flag_index(self) -> Option<usize> {
-        Some(self as usize)
-    }
     fn column(words: Vec<Self>) -> Column<CpuBackend> {
         Column::U32(words)
     }
 }
 
 impl IdWord for u64 {
-    fn row(row: usize) -> Self {
-        row as u64
-    }
-    fn flag_index(self) -> Option<usize> {
-        usize::try_from(self).ok()
-    }
     fn column(words: Vec<Self>) -> Column<CpuBackend> {
         Column::U64(words)
     }
@@ -592,12 +576,8 @@ impl CoPartitionJoin for CpuBackend {
         // how the joins cut pieces.
         let fanout = check_sides(probe, build, MAX_BUILD_CAPACITY)?;
         let (pp, bp) = (probe.pieces, build.pieces);
+        // Ids are as long as their keys (check_sides): pieces inside the keys are inside both.
         for (side, keys, pieces) in [("probe", probe.keys, pp), ("build", build.keys, bp)] {
-            let ids = if side == "probe" {
-                probe.ids
-            } else {
-                build.ids
-            };
             let offsets_ok = pieces.offsets.first() == Some(&0)
                 && pieces.offsets.windows(2).all(|w| w[0] <= w[1])
                 && pieces.offsets.last().copied() == Some(pieces.begin.len() as u64)
@@ -609,7 +589,7 @@ impl CoPartitionJoin for CpuBackend {
             }
             for (&b, &l) in pieces.begin.iter().zip(&pieces.len) {
                 let end = b + u64::from(l);
-                if end > keys.len() as u64 || ids.is_some_and(|ids| end > ids.len() as u64) {
+                if end > keys.len() as u64 {
                     return Err(Error::IndexOutOfRange {
                         what: "co-partition piece",
                         index: end,
@@ -747,9 +727,11 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
                             continue;
                         };
                         part.total += u64::from(count);
-                        let pid = sides.probe_ids.map_or(P::row(pos), |ids| ids[pos]);
+                        let pid = sides
+                            .probe_ids
+                            .map_or(P::from_bits(pos as u64), |ids| ids[pos]);
                         if let Some(f) = flags {
-                            match pid.flag_index().and_then(|i| f.get(i)) {
+                            match usize::try_from(pid.to_bits()).ok().and_then(|i| f.get(i)) {
                                 Some(f) => f.store(1, Ordering::Relaxed),
                                 None => bad_id.store(true, Ordering::Relaxed),
                             }
@@ -760,7 +742,9 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
                         let mut r = head;
                         for _ in 0..count {
                             let row = bb + r as usize;
-                            let bid = sides.build_ids.map_or(Q::row(row), |ids| ids[row]);
+                            let bid = sides
+                                .build_ids
+                                .map_or(Q::from_bits(row as u64), |ids| ids[row]);
                             if part.written < region {
                                 // SAFETY: rows start..start + region of the outputs belong
                                 // to this task alone, and `written < region`.

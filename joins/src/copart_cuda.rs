@@ -15,7 +15,7 @@ use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 use joinkit_cuda::{
     Backend, Column, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result, driver,
-    each_column,
+    each_column, map_column,
 };
 use joinkit_partition::{BucketChains, Partitioner};
 use joinkit_primitives::Scan;
@@ -163,15 +163,15 @@ fn column_ptr(c: &Column<CudaBackend>) -> u64 {
     each_column!(c, b => b.device_ptr())
 }
 
-/// An output column of `rows` words of a side's ids (`u32` for rows).
+/// An output column of `rows` words of a side's ids: their type (`u32` for rows).
 fn id_column(
     b: &CudaBackend,
     ids: Option<&Column<CudaBackend>>,
     rows: usize,
 ) -> Result<Column<CudaBackend>> {
     Ok(match ids {
-        Some(Column::U64(_)) => Column::U64(b.alloc::<u64>(rows)?),
-        _ => Column::U32(b.alloc::<u32>(rows)?),
+        Some(c) => map_column!(c, _c, T => b.alloc::<T>(rows)?),
+        None => Column::U32(b.alloc::<u32>(rows)?),
     })
 }
 
