@@ -31,6 +31,7 @@ constexpr uint64_t kModeCascaded = 1;
 constexpr uint32_t kLayerRle = 1;
 constexpr uint32_t kLayerDelta = 2;
 constexpr uint64_t kHeaderWords = 8;
+constexpr uint64_t kMinChunkWords = 3;  // src/format.rs MIN_CHUNK_WORDS
 
 // Fault codes (src/format.rs ChunkFault).
 constexpr uint32_t kFaultOffset = 1;
@@ -435,7 +436,7 @@ __device__ void encode_chunks(const U* in, const uint64_t* desc, const uint64_t*
 // Value q of a packed stream of w-bit values read as little-endian 32-bit words P (w <= 32 for
 // the 32-bit form, w <= 64 for the 64-bit one); `mask` = value_mask(w); q * w < 2^32. Reads up
 // to two 32-bit words past the stream's last word: inside the block's shared memory (W is
-// followed by A), and those bits are masked off.
+// followed by a word of padding), and those bits are masked off.
 __device__ __forceinline__ uint32_t unpack_bits(const uint32_t* P, uint32_t q, uint32_t w,
                                                 uint32_t mask) {
   const uint32_t pos = q * w;
@@ -599,7 +600,7 @@ struct ChunkAt {
     const uint64_t a = stream[kHeaderWords + c];
     const uint64_t b = stream[kHeaderWords + c + 1];
     dst = out + d[2] + c * cv;
-    ok = !(a < kHeaderWords + chunks + 1 || b <= a || b > d[1] ||
+    ok = !(a < kHeaderWords + chunks + 1 || b < a + kMinChunkWords || b > d[1] ||
            b - a > raw_words(cv, sizeof(U) * 8));
     len = static_cast<uint32_t>(b - a);  // at most raw_words(cv) when ok
     words = stream + a;
@@ -646,8 +647,10 @@ struct RleLayer {
 };
 
 // desc: as ChunkAt reads it.
-// Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits), A (cv values), FL (run
-// start flags, one byte per value). Block: cv / IPT threads. Decodes the chunks list[0 ..
+// Dynamic shared memory: W (raw_words(cv) words: any valid chunk fits, then a word of padding
+// that nothing writes, as in the warp decoder: unpack_bits reads up to two 32-bit words past a
+// stream, and those reads must not meet A's writes), A (cv values), FL (run start flags, one
+// byte per value). Block: cv / IPT threads. Decodes the chunks list[0 ..
 // *list_len) (those the warp decoder deferred), or every chunk when `list` is null.
 template <typename U, uint32_t IPT>
 __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
@@ -659,7 +662,7 @@ __device__ void decode_chunks(const uint64_t* enc, const uint64_t* desc,
   __shared__ BlockState st;
   extern __shared__ __align__(16) unsigned char dyn[];
   uint64_t* const W = reinterpret_cast<uint64_t*>(dyn);
-  U* const A = reinterpret_cast<U*>(W + raw_words(cv, bits));
+  U* const A = reinterpret_cast<U*>(W + raw_words(cv, bits) + 1);
   uint8_t* const FL = reinterpret_cast<uint8_t*>(A + cv);
   const U flip = is_signed ? static_cast<U>(U(1) << (bits - 1)) : U(0);
   const uint32_t t = threadIdx.x;

@@ -579,7 +579,8 @@ pub fn finish_decompress<T: Element>(
         plan.chunk_base_dev.device_ptr(),
         status.device_ptr(),
     );
-    let nbuf = (plan.chunk_base.len() - 1) as u32;
+    let nbuf = u32::try_from(plan.chunk_base.len() - 1)
+        .map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
     let signed = u32::from(plan.signed);
     // Chunks of up to 4096 values of a scheme with two layers or more: the warp decoder
     // first; the block decoder then takes the chunks it deferred. Otherwise the block decoder
@@ -614,9 +615,10 @@ pub fn finish_decompress<T: Element>(
     }
     let (name, block) = chunk_kernel(false, T::BITS, cv);
     let f = backend.function(&KERNELS, name)?;
-    // The chunk's words (a raw chunk is the longest valid one), one value buffer and one byte
-    // of run-start flags per value of a chunk.
-    let smem = raw_chunk_words(u64::from(cv), T::BITS) as usize * 8
+    // The chunk's words (a raw chunk is the longest valid one) and a word of padding for the
+    // unpacker's reads past them, one value buffer and one byte of run-start flags per value
+    // of a chunk.
+    let smem = (raw_chunk_words(u64::from(cv), T::BITS) as usize + 1) * 8
         + cv as usize * (T::BITS as usize / 8 + 1);
     let cfg = chunk_config(backend, &f, cv, block, smem, plan.chunks)?;
     let (lp, lenp) = deferred

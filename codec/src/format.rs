@@ -464,7 +464,9 @@ impl ChunkFault {
 
     fn describe(self) -> &'static str {
         match self {
-            ChunkFault::Offset => "offset out of order or out of the stream",
+            ChunkFault::Offset => {
+                "offset out of order, out of the stream, or giving a chunk of impossible length"
+            }
             ChunkFault::Header => "invalid chunk header field",
             ChunkFault::Length => "chunk length disagrees with its header",
             ChunkFault::Checksum => "chunk checksum mismatch",
@@ -601,6 +603,11 @@ pub(crate) fn chunk_layout(
     Ok(layout)
 }
 
+/// Words of the shortest valid chunk: its two header words and one more (a raw chunk holds at
+/// least one value, a cascaded one at least the final stream's minimum). Shorter chunks are
+/// refused with the offsets, before any output is allocated.
+pub(crate) const MIN_CHUNK_WORDS: u64 = 3;
+
 /// Validates the offset of chunk `c` of a stream (`offsets` is the table of `chunks + 1`
 /// entries) and returns its word range.
 pub(crate) fn chunk_range(
@@ -611,7 +618,11 @@ pub(crate) fn chunk_range(
     max_len: u64,
 ) -> std::result::Result<(u64, u64), ChunkFault> {
     let (a, b) = (offsets[c], offsets[c + 1]);
-    if a < directory_words(chunks) || b <= a || b > total || b - a > max_len {
+    if a < directory_words(chunks)
+        || b < a.saturating_add(MIN_CHUNK_WORDS)
+        || b > total
+        || b - a > max_len
+    {
         return Err(ChunkFault::Offset);
     }
     Ok((a, b))
@@ -639,10 +650,12 @@ pub fn words_to_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// Reads the header of an encoded stream (host words).
+/// Reads the header of a whole encoded stream (host words): the header's word count must be
+/// the stream's length, so a header alone does not pass. Its value count is what a decode
+/// allocates, so callers decoding untrusted streams can bound that before decoding.
 ///
 /// # Errors
-/// [`Error::Corrupt`] when the header is truncated or invalid.
+/// [`Error::Corrupt`] when the header is truncated or invalid, or names another length.
 pub fn inspect(words: &[u64]) -> Result<StreamInfo> {
     parse_header(words, words.len() as u64)
 }

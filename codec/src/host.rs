@@ -257,7 +257,8 @@ pub(crate) fn validate_header<T: Element>(
 }
 
 /// Validates a stream's offset table (`chunks + 1` entries): starts right after the table,
-/// ends at the stream's end, every chunk non-empty and no longer than a raw chunk.
+/// ends at the stream's end, every chunk at least [`MIN_CHUNK_WORDS`](crate::format::MIN_CHUNK_WORDS) and at most a raw chunk
+/// long.
 ///
 /// # Errors
 /// [`Error::Corrupt`] naming the first bad chunk.
@@ -272,13 +273,14 @@ pub(crate) fn validate_offsets(
     if (offsets.len() as u64) < chunks + 1 || offsets[0] != directory_words(chunks) {
         return Err(ChunkFault::Offset.error(buffer, 0));
     }
-    if offsets[chunks as usize] != info.total_words {
-        return Err(ChunkFault::Offset.error(buffer, last));
-    }
     let max_len = raw_chunk_words(u64::from(info.chunk_values), bits);
     for c in 0..chunks as usize {
         chunk_range(offsets, c, chunks, info.total_words, max_len)
             .map_err(|f| f.error(buffer, c as u64))?;
+    }
+    // After the chunks, so a bad earlier chunk is the one reported (FORMAT.md, validation 3).
+    if offsets[chunks as usize] != info.total_words {
+        return Err(ChunkFault::Offset.error(buffer, last));
     }
     Ok(())
 }

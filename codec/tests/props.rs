@@ -11,21 +11,11 @@ use joinkit_cuda::{Backend, CpuBackend, Element, Error};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-#[cfg(feature = "cuda")]
-type Gpu = Option<joinkit_cuda::CudaBackend>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = Option<CpuBackend>;
+type Gpu = Option<joinkit_cuda::testing::TestGpu>;
 
+/// The GPU for a test, or `None` (printed; a failure when `JOINKIT_REQUIRE_GPU` is set).
 fn gpu(test: &str) -> Gpu {
-    #[cfg(feature = "cuda")]
-    {
-        joinkit_cuda::testing::cuda_or_skip(test)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = test;
-        None
-    }
+    joinkit_cuda::testing::gpu_or_skip(test)
 }
 
 /// Decodes on the GPU into an output poisoned first (view-level API).
@@ -351,6 +341,37 @@ fn corruption_i32() {
 #[test]
 fn corruption_i64() {
     check_corruption::<i64>("corruption_i64");
+}
+
+/// Offsets are checked chunk by chunk before any output is allocated: a chunk shorter than the
+/// shortest valid one (3 words) is an offset fault, and with several bad offsets the first bad
+/// chunk is the one named, on both backends.
+#[test]
+fn short_chunks_and_bad_offsets_name_the_first_chunk() {
+    let cpu = CpuBackend::new();
+    let data: Vec<u32> = (0..1024u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    let opts = CodecOptions { chunk_values: 256 };
+    let enc = cpu.compress(&data, &Scheme::bitpack(), &opts).unwrap();
+    let chunks = inspect(&enc).unwrap().chunks as usize;
+    assert_eq!(chunks, 4);
+    let mut short = enc.clone();
+    short[HEADER_WORDS + 1] = short[HEADER_WORDS] + 2;
+    let mut two_bad = enc.clone();
+    two_bad[HEADER_WORDS + 1] = two_bad[HEADER_WORDS];
+    two_bad[HEADER_WORDS + chunks] += 1;
+    let g = gpu("short_chunks_and_bad_offsets_name_the_first_chunk");
+    for words in [&short, &two_bad] {
+        let expect = |r: Result<Vec<u32>, Error>| match r {
+            Err(Error::Corrupt(m)) => assert!(m.starts_with("chunk 0: offset"), "{m}"),
+            other => panic!("expected chunk 0's offset fault, got {other:?}"),
+        };
+        expect(cpu.decompress::<u32>(words));
+        if let Some(g) = &g {
+            expect(gpu_decode_poisoned::<u32>(g, words));
+        }
+    }
 }
 
 /// Corrupting one stream of many names that buffer, on both backends alike.

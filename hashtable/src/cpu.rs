@@ -141,7 +141,8 @@ impl OpenBuild<'_> {
             let won = self.slots[w]
                 .compare_exchange(EMPTY_WORD, value, Relaxed, Relaxed)
                 .is_ok();
-            return (if won { 0 } else { STATUS_DUPLICATE }, 0);
+            // One step, as the CUDA insert counts it.
+            return if won { (0, 1) } else { (STATUS_DUPLICATE, 0) };
         }
         let h = hash_key(key, self.seed);
         let mut seq = ProbeSeq::new(self.probing, key, h, self.seed, self.capacity);

@@ -16,7 +16,8 @@ pub trait RandomAccessFloors: Backend {
     /// (unordered, racing writes to one word keep any one of them).
     ///
     /// # Errors
-    /// [`Error::EmptyInput`] for an empty table when there are keys; driver errors.
+    /// [`Error::EmptyInput`] for an empty table when there are keys; [`Error::SizeOverflow`]
+    /// for a table of more than 2^32 words; driver errors.
     fn floor_random_write<K: Key>(
         &self,
         keys: &Self::Buf<K>,
@@ -28,7 +29,8 @@ pub trait RandomAccessFloors: Backend {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] when `out` and `keys` differ in length; [`Error::EmptyInput`]
-    /// for an empty table when there are keys; driver errors.
+    /// for an empty table when there are keys; [`Error::SizeOverflow`] for a table of more
+    /// than 2^32 words; driver errors.
     fn floor_random_read<K: Key>(
         &self,
         keys: &Self::Buf<K>,
@@ -41,6 +43,11 @@ pub trait RandomAccessFloors: Backend {
 fn check_table(keys: usize, table: usize) -> Result<()> {
     if keys > 0 && table == 0 {
         Err(Error::EmptyInput("random-access floor table"))
+    } else if table as u64 > 1 << 32 {
+        // The 32-bit hash is reduced onto the table (Lemire): at most 2^32 words.
+        Err(Error::SizeOverflow(
+            "random-access floor tables hold at most 2^32 words",
+        ))
     } else {
         Ok(())
     }
@@ -154,5 +161,21 @@ mod cuda {
                 .map(|_| ())
                 .map_err(joinkit_cuda::driver("launching a floor kernel"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_past_the_hash_range_are_refused() {
+        assert!(check_table(1, 1 << 32).is_ok());
+        assert!(matches!(
+            check_table(1, (1 << 32) + 1),
+            Err(Error::SizeOverflow(_))
+        ));
+        assert!(matches!(check_table(1, 0), Err(Error::EmptyInput(_))));
+        assert!(check_table(0, 0).is_ok());
     }
 }

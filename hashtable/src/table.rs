@@ -71,8 +71,8 @@ impl<B: Backend, K: Key> HashTable<'_, B, K> {
         self.order
     }
 
-    /// The longest probe sequence (in slots) an insert used; probes look no further. 0 for
-    /// chaining.
+    /// The longest probe sequence (in slots) an insert used; probes look no further (the
+    /// sentinel-valued key's own slot counts as one step). 0 for chaining.
     pub fn max_probe(&self) -> u32 {
         self.max_probe
     }

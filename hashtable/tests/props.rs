@@ -14,21 +14,11 @@ use joinkit_hashtable::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-#[cfg(feature = "cuda")]
-type Gpu = Option<joinkit_cuda::CudaBackend>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = Option<CpuBackend>;
+type Gpu = Option<joinkit_cuda::testing::TestGpu>;
 
+/// The GPU for a test, or `None` (printed; a failure when `JOINKIT_REQUIRE_GPU` is set).
 fn gpu(test: &str) -> Gpu {
-    #[cfg(feature = "cuda")]
-    {
-        joinkit_cuda::testing::cuda_or_skip(test)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = test;
-        None
-    }
+    joinkit_cuda::testing::gpu_or_skip(test)
 }
 
 fn runner() -> TestRunner {

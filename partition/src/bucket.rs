@@ -2,7 +2,7 @@
 //! buckets taken from one pool with an atomic bump pointer, so one pass over the input
 //! suffices (no histogram pass) at the price of a linked, non-contiguous result.
 
-use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result};
+use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result};
 use rayon::prelude::*;
 
 use crate::column::{RowIds, check_columns, column_bits};
@@ -33,7 +33,9 @@ pub fn bucket_pool_buckets(rows: usize, fanout: usize, bucket_capacity: usize) -
     }
     let buckets = rows.div_ceil(bucket_capacity) + rows.min(fanout);
     if buckets as u64 >= u64::from(NO_BUCKET - 1) {
-        return Err(Error::SizeOverflow("bucket pool above 2^32 - 2 buckets"));
+        return Err(Error::SizeOverflow(
+            "bucket pool of 2^32 - 2 buckets or more",
+        ));
     }
     buckets
         .checked_mul(bucket_capacity)
@@ -89,9 +91,11 @@ impl<B: Backend, K: Key> BucketChains<B, K> {
     /// for callers that want the rows on the host).
     ///
     /// # Errors
-    /// [`Error::Corrupt`] when the pool ran out or a chain does not hold its count of rows;
-    /// driver errors from the downloads.
+    /// [`Error::Corrupt`] for a bucket capacity of 0, pool columns that are not `capacity`
+    /// slots per bucket, heads and counts of different lengths, a pool that ran out or a chain
+    /// that does not hold its count of rows; driver errors from the downloads.
     pub fn flatten(&self, backend: &B) -> Result<FlatPartitions<K>> {
+        self.check_shape()?;
         let keys = backend.download(&self.keys)?;
         let payloads = self
             .payloads
@@ -116,7 +120,9 @@ impl<B: Backend, K: Key> BucketChains<B, K> {
             )));
         }
         let cap = self.bucket_capacity;
-        let mut slots = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
+        // Counts are not trusted: a corrupt one must not size the allocation.
+        let rows = counts.iter().fold(0u64, |s, &c| s.saturating_add(c));
+        let mut slots = Vec::with_capacity(rows.min(keys.len() as u64) as usize);
         let mut offsets = vec![0u64];
         for (p, (&head, &count)) in heads.iter().zip(&counts).enumerate() {
             let mut left = count as usize;
@@ -154,7 +160,35 @@ impl<B: Backend, K: Key> BucketChains<B, K> {
 
     /// Number of partitions.
     pub fn fanout(&self) -> usize {
-        joinkit_cuda::Buffer::len(&self.heads)
+        Buffer::len(&self.heads)
+    }
+
+    /// Checks the lengths [`BucketChains::flatten`] indexes by: every pool column holds
+    /// `capacity` slots per bucket of `next`, and there is one count per head.
+    fn check_shape(&self) -> Result<()> {
+        let cap = self.bucket_capacity;
+        if cap == 0 {
+            return Err(Error::Corrupt("bucket capacity of 0".into()));
+        }
+        let buckets = Buffer::len(&self.next);
+        let slots = buckets.checked_mul(cap);
+        let columns = std::iter::once(("keys", Buffer::len(&self.keys)))
+            .chain(self.payloads.iter().map(|c| ("payload", c.len())))
+            .chain(self.row_ids.iter().map(|c| ("row ids", c.len())));
+        for (what, len) in columns {
+            if slots != Some(len) {
+                return Err(Error::Corrupt(format!(
+                    "{what} pool of {len} slots for {buckets} buckets of {cap}"
+                )));
+            }
+        }
+        let (heads, counts) = (Buffer::len(&self.heads), Buffer::len(&self.counts));
+        if heads != counts {
+            return Err(Error::Corrupt(format!(
+                "{heads} chain heads but {counts} partition counts"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -177,7 +211,9 @@ pub trait BucketChainPartition: Backend {
     /// partitioner (see [`Partitioner::fanout`]); [`Error::InvalidArgument`] for a bucket
     /// capacity of 0 or above [`MAX_BUCKET_CAPACITY`] or more than [`MAX_BUCKET_COLUMNS`]
     /// columns; [`Error::SizeOverflow`] for a pool beyond 32-bit bucket ids or 4-byte row ids
-    /// of more than 2^32 rows; allocation and driver errors.
+    /// of more than 2^32 rows; allocation errors for a pool the memory cannot hold
+    /// ([`Error::OutOfDeviceMemory`] on the GPU, [`Error::SizeOverflow`] on the CPU, never an
+    /// abort); driver errors.
     fn bucket_chain_partition<K: Key>(
         &self,
         keys: &Self::Buf<K>,
@@ -200,10 +236,11 @@ impl BucketChainPartition for CpuBackend {
         let n = keys.len();
         let (fanout, pool) = check_bucket::<K, Self>(n, payloads, by, bucket_capacity, row_ids)?;
         let cap = bucket_capacity;
-        // Partitions in input order, then buckets allocated partition by partition.
+        // Partitions in input order, then buckets allocated partition by partition
+        // (`check_bucket` validated `by`).
         let digits: Vec<u32> = keys
             .par_iter()
-            .map(|&k| by.partition_of(k) as u32)
+            .map(|&k| by.partition_of_unchecked(k) as u32)
             .collect();
         let (perm, offsets) = stable_permutation(&digits, fanout);
         let mut slot_of = vec![0usize; n]; // pool slot of the i-th row of `perm`
@@ -224,35 +261,23 @@ impl BucketChainPartition for CpuBackend {
             }
             used += (hi - lo).div_ceil(cap);
         }
-        let spread = |src: &dyn Fn(usize) -> u64| {
-            let mut out = vec![0u64; pool * cap];
-            for (k, &i) in perm.iter().enumerate() {
-                out[slot_of[k]] = src(i);
-            }
-            out
+        let at = Placement {
+            perm,
+            slot_of,
+            slots: pool * cap, // `bucket_pool_buckets` checked the product
         };
-        let pool_of = |c: &Column<Self>| {
-            joinkit_cuda::map_column!(c, b, T => {
-                let bits = spread(&|i| joinkit_cuda::Element::to_bits(b[i]));
-                bits.into_iter().map(<T as joinkit_cuda::Element>::from_bits).collect()
-            })
-        };
+        let pools = payloads
+            .iter()
+            .map(|c| Ok(joinkit_cuda::map_column!(c, b, T => at.column::<T>(self, |i| b[i])?)))
+            .collect::<Result<Vec<_>>>()?;
         let ids = match row_ids {
             RowIds::None => None,
-            RowIds::U32 => Some(Column::U32(
-                spread(&|i| i as u64)
-                    .into_iter()
-                    .map(|x| x as u32)
-                    .collect(),
-            )),
-            RowIds::U64 => Some(Column::U64(spread(&|i| i as u64))),
+            RowIds::U32 => Some(Column::U32(at.column(self, |i| i as u32)?)),
+            RowIds::U64 => Some(Column::U64(at.column(self, |i| i as u64)?)),
         };
         Ok(BucketChains {
-            keys: spread(&|i| keys[i].to_u64())
-                .into_iter()
-                .map(K::from_u64)
-                .collect(),
-            payloads: payloads.iter().map(pool_of).collect(),
+            keys: at.column(self, |i| keys[i])?,
+            payloads: pools,
             row_ids: ids,
             next,
             heads,
@@ -260,6 +285,27 @@ impl BucketChainPartition for CpuBackend {
             used: vec![used as u32],
             bucket_capacity,
         })
+    }
+}
+
+/// Where the CPU twin puts the rows: the `k`-th row of `perm` (an input row) goes to pool slot
+/// `slot_of[k]` of a pool of `slots` slots.
+struct Placement {
+    perm: Vec<usize>,
+    slot_of: Vec<usize>,
+    slots: usize,
+}
+
+impl Placement {
+    /// A pool column holding `src(row)` at each row's slot, in its own element width. The
+    /// backend allocates it fallibly: a pool beyond host memory is an error (as the GPU's
+    /// out-of-memory is), not an abort.
+    fn column<T: Element>(&self, cpu: &CpuBackend, src: impl Fn(usize) -> T) -> Result<Vec<T>> {
+        let mut out = cpu.alloc::<T>(self.slots)?;
+        for (&i, &s) in self.perm.iter().zip(&self.slot_of) {
+            out[s] = src(i);
+        }
+        Ok(out)
     }
 }
 
@@ -302,5 +348,70 @@ impl BucketChainPartition for joinkit_cuda::CudaBackend {
         row_ids: RowIds,
     ) -> Result<BucketChains<Self, K>> {
         crate::cuda::owned_bucket_chains(self, keys, payloads, by, bucket_capacity, row_ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool no host can hold (2^58 8-byte slots, 2^61 bytes) is refused by the allocator up
+    /// front: an error, not an abort, and nothing is touched.
+    #[test]
+    fn a_pool_beyond_memory_is_an_error() {
+        let at = Placement {
+            perm: vec![0],
+            slot_of: vec![0],
+            slots: 1 << 58,
+        };
+        let r = at.column::<u64>(&CpuBackend::new(), |i| i as u64);
+        assert!(matches!(r, Err(Error::SizeOverflow(_))), "{r:?}");
+    }
+
+    /// Two buckets of 2 slots holding one partition of 3 rows (a full bucket, then the head).
+    fn chains() -> BucketChains<CpuBackend, u32> {
+        BucketChains {
+            keys: vec![1, 2, 3, 0],
+            payloads: vec![Column::U64(vec![10, 20, 30, 0])],
+            row_ids: Some(Column::U32(vec![0, 1, 2, 0])),
+            next: vec![NO_BUCKET, 0],
+            heads: vec![1],
+            counts: vec![3],
+            used: vec![2],
+            bucket_capacity: 2,
+        }
+    }
+
+    #[test]
+    fn flatten_refuses_a_pool_of_the_wrong_shape() {
+        let cpu = CpuBackend::new();
+        let flat = chains().flatten(&cpu).unwrap();
+        assert_eq!(flat.keys, vec![3, 1, 2]);
+        assert_eq!(flat.payloads, vec![vec![30, 10, 20]]);
+        assert_eq!(flat.row_ids, Some(vec![2, 0, 1]));
+        assert_eq!(flat.offsets, vec![0, 3]);
+        let corrupt =
+            |c: BucketChains<CpuBackend, u32>| matches!(c.flatten(&cpu), Err(Error::Corrupt(_)));
+        let mut c = chains();
+        c.bucket_capacity = 0;
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.bucket_capacity = 3;
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.keys.pop();
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.payloads[0] = Column::U64(vec![10, 20, 30]);
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.row_ids = Some(Column::U32(vec![0, 1, 2, 0, 0]));
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.counts.push(0);
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.counts = vec![u64::MAX];
+        assert!(corrupt(c));
     }
 }

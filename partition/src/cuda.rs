@@ -7,8 +7,9 @@
 //! neither each other nor the inputs.
 //!
 //! A radix partition that moves at most one column (a payload or the row ids) is CUB's stable
-//! radix sort on the bit range (onesweep passes, faster for one column), followed by a binary
-//! search of each partition's start. Everything else runs this crate's kernels
+//! radix sort on the bit range (onesweep passes, faster for one column), followed by each
+//! partition's start: a binary search per partition, or one pass over the sorted keys where
+//! that reads fewer keys (many partitions, few rows). Everything else runs this crate's kernels
 //! (`kernels/partition.cu`): a per-chunk histogram of the digits, a per-digit scan of those
 //! histograms, and a scatter that copies each tile of up to 8192 rows into shared memory
 //! (cp.async), ranks it stably and writes each partition's run of the tile contiguously, every

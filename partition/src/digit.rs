@@ -51,8 +51,19 @@ impl Partitioner {
         }
     }
 
-    /// The partition of `key` (call [`Partitioner::fanout`] first: it validates).
-    pub fn partition_of<K: Key>(&self, key: K) -> usize {
+    /// The partition of `key`, in `0..fanout`.
+    ///
+    /// # Errors
+    /// As [`Partitioner::fanout`], which it calls every time: loops over many keys check once
+    /// and go on unchecked inside the crate.
+    pub fn partition_of<K: Key>(&self, key: K) -> Result<usize> {
+        self.fanout::<K>()?;
+        Ok(self.partition_of_unchecked(key))
+    }
+
+    /// [`Partitioner::partition_of`] for a partitioner that [`Partitioner::fanout`] accepted
+    /// for `K` (a bad bit range overflows or shifts past the key otherwise).
+    pub(crate) fn partition_of_unchecked<K: Key>(&self, key: K) -> usize {
         match self {
             Partitioner::Radix(bits) => key.digit(bits.start, bits.end) as usize,
             Partitioner::Hash { fanout, seed } => hash_partition_of(key, *seed, *fanout as u32),
@@ -121,6 +132,25 @@ mod tests {
             assert!(p.iter().all(|&x| (1..=RADIX_PASS_BITS).contains(&x)));
             assert_eq!(p.len() as u32, w.div_ceil(8));
         }
+    }
+
+    #[test]
+    fn partition_of_refuses_what_fanout_refuses() {
+        let bad = |r: Result<usize>| matches!(r, Err(Error::BitRange { .. }));
+        let reversed = Range { start: 5, end: 3 };
+        assert!(bad(Partitioner::Radix(reversed).partition_of(1u32)));
+        assert!(bad(Partitioner::Radix(70..72).partition_of(1u64)));
+        assert!(bad(Partitioner::Radix(30..33).partition_of(1u32)));
+        assert!(matches!(
+            Partitioner::Radix(0..11).partition_of(1u32),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            Partitioner::Hash { fanout: 0, seed: 1 }.partition_of(1u64),
+            Err(Error::EmptyInput(_))
+        ));
+        assert_eq!(Partitioner::Radix(4..8).partition_of(0x35u32), Ok(3));
+        assert_eq!(Partitioner::Radix(54..64).partition_of(u64::MAX), Ok(1023));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! ~0.75 s). The kernel may compact memory for the first huge pages of a process (a one-time
 //! stall); setting `JOINKIT_NO_THP` turns the advice off.
 
-use joinkit_cuda::{Backend, Column, CpuBackend, Element, Key, Result};
+use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error, Key, Result};
 use rayon::prelude::*;
 
 use crate::column::RowIds;
@@ -159,25 +159,34 @@ fn row_id_mover<'a>(out: &'a mut Column<CpuBackend>) -> Mover<'a> {
     }
 }
 
-fn like(c: &Column<CpuBackend>) -> Column<CpuBackend> {
-    joinkit_cuda::map_column!(c, v, T => output::<T>(v.len()))
+/// Output columns like `cols` (same lengths and types).
+fn likes(cols: &[Column<CpuBackend>]) -> Result<Vec<Column<CpuBackend>>> {
+    cols.iter()
+        .map(|c| Ok(joinkit_cuda::map_column!(c, v, T => output::<T>(v.len())?)))
+        .collect()
 }
 
-fn row_id_buffer(row_ids: RowIds, n: usize) -> Option<Column<CpuBackend>> {
-    match row_ids {
+fn row_id_buffer(row_ids: RowIds, n: usize) -> Result<Option<Column<CpuBackend>>> {
+    Ok(match row_ids {
         RowIds::None => None,
-        RowIds::U32 => Some(Column::U32(output(n))),
-        RowIds::U64 => Some(Column::U64(output(n))),
-    }
+        RowIds::U32 => Some(Column::U32(output(n)?)),
+        RowIds::U64 => Some(Column::U64(output(n)?)),
+    })
 }
+
 /// A zeroed buffer of `n` elements for an output column; large ones ask Linux for transparent
 /// huge pages (2 MiB) first, which makes first touches of a fresh buffer (the page faults that
-/// dominate a scatter into new memory) and the scatter's TLB misses far cheaper.
-fn output<T: Element>(n: usize) -> Vec<T> {
-    let mut v: Vec<T> = Vec::with_capacity(n);
-    advise_huge_pages(v.as_mut_ptr().cast(), n * size_of::<T>());
+/// dominate a scatter into new memory) and the scatter's TLB misses far cheaper. Fallible as
+/// `CpuBackend::alloc` is (which zeroes too early for the advice to help): memory the host
+/// cannot give is an error, not an abort.
+fn output<T: Element>(n: usize) -> Result<Vec<T>> {
+    let bytes = Error::bytes_of::<T>(n)?;
+    let mut v: Vec<T> = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+    advise_huge_pages(v.as_mut_ptr().cast(), bytes);
     v.resize(n, T::default());
-    v
+    Ok(v)
 }
 
 #[cfg(target_os = "linux")]
@@ -293,9 +302,9 @@ pub(crate) fn cpu_stable_partition<K: Key>(
     let n = keys.len();
     let bits = fanout.trailing_zeros();
     if !fanout.is_power_of_two() || bits <= SINGLE_LEVEL_BITS {
-        let mut out_keys = output::<K>(n);
-        let mut out_payloads: Vec<Column<CpuBackend>> = payloads.iter().map(like).collect();
-        let mut out_rows = row_id_buffer(row_ids, n);
+        let mut out_keys = output::<K>(n)?;
+        let mut out_payloads = likes(payloads)?;
+        let mut out_rows = row_id_buffer(row_ids, n)?;
         let offsets = {
             let mut movers = vec![mover(keys, &mut out_keys)];
             movers.extend(
@@ -319,9 +328,9 @@ pub(crate) fn cpu_stable_partition<K: Key>(
     let low_bits = bits - bits.min(FIRST_LEVEL_BITS);
     let low_mask = (1usize << low_bits) - 1;
     let high = |k: K| digit(k) >> low_bits;
-    let mut mid_keys = output::<K>(n);
-    let mut mid_payloads: Vec<Column<CpuBackend>> = payloads.iter().map(like).collect();
-    let mut mid_rows = row_id_buffer(row_ids, n);
+    let mut mid_keys = output::<K>(n)?;
+    let mut mid_payloads = likes(payloads)?;
+    let mut mid_rows = row_id_buffer(row_ids, n)?;
     let runs = {
         let mut movers = vec![mover(keys, &mut mid_keys)];
         movers.extend(
@@ -335,9 +344,9 @@ pub(crate) fn cpu_stable_partition<K: Key>(
     };
 
     // Then each run of the first level by the low digit, in place of the run, one task a run.
-    let mut out_keys = output::<K>(n);
-    let mut out_payloads: Vec<Column<CpuBackend>> = payloads.iter().map(like).collect();
-    let mut out_rows = row_id_buffer(row_ids, n);
+    let mut out_keys = output::<K>(n)?;
+    let mut out_payloads = likes(payloads)?;
+    let mut out_rows = row_id_buffer(row_ids, n)?;
     let mut offsets = vec![0u64; fanout + 1];
     offsets[fanout] = n as u64;
     {
@@ -384,6 +393,13 @@ pub(crate) fn cpu_stable_partition<K: Key>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An output no host can hold (2^61 bytes) is an error from the allocator, not an abort.
+    #[test]
+    fn an_output_beyond_memory_is_an_error() {
+        let r = output::<u64>(1 << 58);
+        assert!(matches!(r, Err(Error::SizeOverflow(_))), "{r:?}");
+    }
 
     /// Large enough for several parallel chunks; fan-outs of one and two levels, not powers of
     /// two, and skew: the same result as the permutation of one counting sort.

@@ -14,21 +14,11 @@ use joinkit_partition::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-#[cfg(feature = "cuda")]
-type Gpu = Option<joinkit_cuda::CudaBackend>;
-#[cfg(not(feature = "cuda"))]
-type Gpu = Option<()>;
+type Gpu = Option<joinkit_cuda::testing::TestGpu>;
 
+/// The GPU for a test, or `None` (printed; a failure when `JOINKIT_REQUIRE_GPU` is set).
 fn gpu(test: &str) -> Gpu {
-    #[cfg(feature = "cuda")]
-    {
-        joinkit_cuda::testing::cuda_or_skip(test)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = test;
-        None
-    }
+    joinkit_cuda::testing::gpu_or_skip(test)
 }
 
 fn runner() -> TestRunner {
@@ -425,7 +415,7 @@ fn check_bucket<K: Key + Arbitrary>(test: &str) {
                 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
                 let cpu_used = chains.used[0];
                 let got = flat_host(chains.flatten(&cpu).unwrap());
-                let part_of = |x: K| by.partition_of(x);
+                let part_of = |x: K| by.partition_of(x).unwrap();
                 check_partition(&k, &pa, &pb, fanout, part_of, &got, false)?;
                 #[cfg(feature = "cuda")]
                 if let Some(g) = &gpu {
@@ -564,6 +554,19 @@ fn many_payload_columns_follow_their_keys() {
             }
         }
     };
+    // Keys follow their row ids, and every partition's range holds exactly its keys.
+    let grouped = |out: &[u64], offsets: &[u64], ids: &[u64], part_of: &dyn Fn(u64) -> usize| {
+        assert_eq!(offsets.first(), Some(&0));
+        assert_eq!(offsets.last(), Some(&(keys.len() as u64)));
+        assert!(offsets.windows(2).all(|w| w[0] <= w[1]));
+        for (p, w) in offsets.windows(2).enumerate() {
+            for j in w[0] as usize..w[1] as usize {
+                assert_eq!(out[j], keys[ids[j] as usize], "key at {j}");
+                assert_eq!(part_of(out[j]), p, "partition of the key at {j}");
+            }
+        }
+    };
+    let radix = |k: u64| k.digit(3, 19) as usize;
     let cpu = CpuBackend::new();
     let refs: Vec<Column<CpuBackend>> = (0..20)
         .map(|c| {
@@ -578,6 +581,7 @@ fn many_payload_columns_follow_their_keys() {
         .radix_partition(&keys, &refs, 3..19, RowIds::U64)
         .unwrap();
     let ids = bits(&cpu, p.row_ids.as_ref().unwrap());
+    grouped(&p.keys, &p.offsets, &ids, &radix);
     check(
         p.payloads.iter().map(|c| bits(&cpu, c)).collect(),
         ids.clone(),
@@ -597,9 +601,19 @@ fn many_payload_columns_follow_their_keys() {
         let q = g.radix_partition(&dk, &refs, 3..19, RowIds::U64).unwrap();
         let gids = bits(&g, q.row_ids.as_ref().unwrap());
         assert_eq!(gids, ids);
+        let (qk, qo) = (
+            g.download(&q.keys).unwrap(),
+            g.download(&q.offsets).unwrap(),
+        );
+        grouped(&qk, &qo, &gids, &radix);
         check(q.payloads.iter().map(|c| bits(&g, c)).collect(), gids);
         let h = g.hash_partition(&dk, &refs, 77, 5, RowIds::U32).unwrap();
         let hids = bits(&g, h.row_ids.as_ref().unwrap());
+        let (hk, ho) = (
+            g.download(&h.keys).unwrap(),
+            g.download(&h.offsets).unwrap(),
+        );
+        grouped(&hk, &ho, &hids, &|k| hash_partition_of(k, 5, 77));
         check(h.payloads.iter().map(|c| bits(&g, c)).collect(), hids);
     }
 }
@@ -897,7 +911,8 @@ mod large {
                 flat_host(chains.flatten(g).unwrap())
             });
             let fanout = by.fanout::<u32>().unwrap();
-            check_partition(&keys, &pa, &pb, fanout, |x| by.partition_of(x), &dev, false).unwrap();
+            let part_of = |x| by.partition_of(x).unwrap();
+            check_partition(&keys, &pa, &pb, fanout, part_of, &dev, false).unwrap();
         }
     }
 }

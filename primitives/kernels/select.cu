@@ -49,7 +49,7 @@ __device__ void flag_counts(const uint32_t* flags, uint64_t n, bool aligned, uin
   if (blockIdx.x == 0 && threadIdx.x == 0) counts[tiles] = 0;  // the scan's total lands here
 }
 
-// Where the thread's first kept element goes, or kNoError past the tile's end.
+// Where the thread's first kept element goes.
 __device__ __forceinline__ uint64_t tile_position(const uint64_t* offsets, uint64_t t, uint32_t c,
                                                   uint32_t* scan_smem) {
   uint32_t total;

@@ -17,9 +17,10 @@ pub enum Bounds {
     /// microseconds; the main cost for small inputs, noise at millions of rows).
     #[default]
     Check,
-    /// The caller vouches for the map: CUDA allocates no status word and reads nothing back (no
-    /// synchronization) and rows with bad indices get unspecified values. The CPU twin checks anyway (it costs
-    /// it nothing), so it still returns the error.
+    /// The caller vouches for the map: in release builds CUDA allocates no status word and
+    /// reads nothing back (no synchronization), and rows with bad indices get unspecified
+    /// values (the kernels never dereference them). Debug builds check as [`Bounds::Check`]
+    /// does, and the CPU twin always checks (it costs it nothing), so both return the error.
     Trust,
 }
 
@@ -171,8 +172,8 @@ impl Gather for CpuBackend {
     }
 }
 
-/// The status word of one trait-level call: a fresh one when the caller asked for checking,
-/// none (no allocation, no fill) when it trusts the map.
+/// The status word of one trait-level call: a fresh one when the caller asked for checking (or
+/// trusts the map in a debug build), none (no allocation, no fill) when it trusts the map.
 #[cfg(feature = "cuda")]
 fn bounds_check(
     backend: &joinkit_cuda::CudaBackend,
@@ -180,6 +181,7 @@ fn bounds_check(
 ) -> Result<crate::cuda::BoundsCheck> {
     match bounds {
         Bounds::Check => crate::cuda::BoundsCheck::new(backend),
+        Bounds::Trust if cfg!(debug_assertions) => crate::cuda::BoundsCheck::new(backend),
         Bounds::Trust => Ok(crate::cuda::BoundsCheck::disabled()),
     }
 }

@@ -12,8 +12,9 @@ pub trait Histogram: Backend {
     ///
     /// # Errors
     /// [`Error::EmptyInput`] when `bins` is 0; [`Error::InvalidArgument`] when
-    /// `lower >= upper` or `(upper - lower) * bins` overflows 64 bits; [`Error::SizeOverflow`] for more than `u32::MAX` samples (32-bit
-    /// counts); allocation and driver errors.
+    /// `lower >= upper` or `(upper - lower) * bins` overflows 64 bits; [`Error::SizeOverflow`]
+    /// for more than `u32::MAX` samples (32-bit counts) or `i32::MAX - 1` bins or more (CUB's
+    /// bin count is an `int`); allocation and driver errors.
     fn histogram_even<K: Key>(
         &self,
         samples: &Self::Buf<K>,
@@ -38,7 +39,12 @@ pub(crate) fn check_histogram<K: Key>(
             "histogram range {lower:?}..{upper:?} is empty"
         )));
     }
-    if bins >= i32::MAX as usize || samples > u32::MAX as usize {
+    if bins >= i32::MAX as usize {
+        return Err(Error::SizeOverflow(
+            "histogram bins are counted in an i32 (CUB's)",
+        ));
+    }
+    if samples > u32::MAX as usize {
         return Err(Error::SizeOverflow("histogram counts are 32-bit"));
     }
     // The bin of a sample is (sample - lower) * bins / (upper - lower) in 64-bit arithmetic

@@ -93,7 +93,8 @@ impl Toolkit {
     }
 }
 
-/// The compute capabilities to build for, from `JOINKIT_CUDA_ARCHS` or [`DEFAULT_ARCHS`].
+/// The compute capabilities to build for, from `JOINKIT_CUDA_ARCHS` or [`DEFAULT_ARCHS`]; 80
+/// (Ampere) or newer.
 pub fn archs() -> Vec<String> {
     println!("cargo:rerun-if-env-changed=JOINKIT_CUDA_ARCHS");
     let spec = env::var("JOINKIT_CUDA_ARCHS").unwrap_or_else(|_| DEFAULT_ARCHS.to_string());
@@ -108,6 +109,15 @@ pub fn archs() -> Vec<String> {
             .any(|a| !a.chars().all(|c| c.is_ascii_alphanumeric()))
     {
         panic!("joinkit: JOINKIT_CUDA_ARCHS={spec:?} is not a list like `80,90`");
+    }
+    // The kernels use sm_80 warp reductions (`__reduce_*_sync`) and cp.async.
+    if let Some(old) = archs.iter().find(|a| {
+        let digits: String = a.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().is_ok_and(|v| v < 80)
+    }) {
+        panic!(
+            "joinkit: JOINKIT_CUDA_ARCHS={spec:?} names sm_{old}; the kernels need sm_80 or newer"
+        );
     }
     archs
 }

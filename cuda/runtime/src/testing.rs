@@ -28,6 +28,35 @@ pub fn cuda_or_skip(test: &str) -> Option<crate::CudaBackend> {
     }
 }
 
+/// The backend a GPU test runs on: CUDA in builds with the `cuda` feature; in builds without
+/// it the CPU backend stands in as a type only ([`gpu_or_skip`] never returns one).
+#[cfg(feature = "cuda")]
+pub type TestGpu = crate::CudaBackend;
+/// The backend a GPU test runs on: CUDA in builds with the `cuda` feature; in builds without
+/// it the CPU backend stands in as a type only ([`gpu_or_skip`] never returns one).
+#[cfg(not(feature = "cuda"))]
+pub type TestGpu = crate::CpuBackend;
+
+/// The GPU for a test, or `None` after printing why the test's GPU part is skipped: no GPU can
+/// be opened, or the build has no `cuda` feature.
+///
+/// # Panics
+/// When the GPU part cannot run and [`gpu_required`] is true: the test fails.
+pub fn gpu_or_skip(test: &str) -> Option<TestGpu> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda_or_skip(test)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        if gpu_required() {
+            panic!("{test}: {REQUIRE_GPU_ENV} is set but this build has no `cuda` feature");
+        }
+        say_skipped(test, "built without the `cuda` feature");
+        None
+    }
+}
+
 /// Prints a skip notice straight to stderr, past the test harness's output capture, so a skipped
 /// GPU test is visible in `cargo test` output even when it passes.
 pub fn say_skipped(test: &str, why: &str) {

@@ -29,8 +29,7 @@ pub fn gpu(test: &str) -> Option<joinkit_cuda::CudaBackend> {
 macro_rules! on_cpu_and_gpu {
     ($test:expr, $check:expr) => {{
         $check(&joinkit::CpuBackend::new());
-        #[cfg(feature = "cuda")]
-        if let Some(g) = joinkit_cuda::testing::cuda_or_skip($test) {
+        if let Some(g) = joinkit_cuda::testing::gpu_or_skip($test) {
             $check(&g);
         }
     }};

@@ -3,22 +3,11 @@
 
 use proptest::test_runner::{Config, TestRunner};
 
-#[cfg(feature = "cuda")]
-pub type Gpu = Option<joinkit_cuda::CudaBackend>;
-#[cfg(not(feature = "cuda"))]
-pub type Gpu = Option<joinkit_cuda::CpuBackend>;
+pub type Gpu = Option<joinkit_cuda::testing::TestGpu>;
 
-/// The GPU for a test, or `None` (printed) where there is none.
+/// The GPU for a test, or `None` (printed; a failure when `JOINKIT_REQUIRE_GPU` is set).
 pub fn gpu(test: &str) -> Gpu {
-    #[cfg(feature = "cuda")]
-    {
-        joinkit_cuda::testing::cuda_or_skip(test)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = test;
-        None
-    }
+    joinkit_cuda::testing::gpu_or_skip(test)
 }
 
 /// 48 cases, no failure files.
