@@ -30,7 +30,9 @@ pub(crate) struct PartitionArgs {
     /// Key x payload widths in bytes, comma separated.
     #[arg(long, default_value = "4x4,8x8")]
     widths: String,
-    /// Operations, comma separated: radix8, hash256, hash1024, bucket.
+    /// Operations, comma separated: radix8, hashN (hash partition at fan-out N, 1 to 1024:
+    /// power-of-two fan-outs from 512 run as radix partitions of the hashed keys on CUDA),
+    /// bucket.
     #[arg(long, default_value = "radix8,hash256,hash1024,bucket")]
     ops: String,
     /// Key distributions, comma separated: uniform, zipf (hash-based power law).
@@ -67,14 +69,16 @@ const BUCKET_CAPACITY: usize = 4096;
 
 impl Op {
     fn parse(s: &str) -> Result<Op> {
-        match s.trim() {
+        let s = s.trim();
+        match s {
             "radix8" => Ok(Op::Radix8),
-            "hash256" => Ok(Op::Hash(256)),
-            "hash1024" => Ok(Op::Hash(1024)),
             "bucket" => Ok(Op::Bucket),
-            o => Err(Error::InvalidArgument(format!(
-                "unknown operation {o:?}: radix8, hash256, hash1024, bucket"
-            ))),
+            _ => match s.strip_prefix("hash").map(str::parse::<usize>) {
+                Some(Ok(fanout)) => Ok(Op::Hash(fanout)),
+                _ => Err(Error::InvalidArgument(format!(
+                    "unknown operation {s:?}: radix8, hashN (N the fan-out, 1 to 1024), bucket"
+                ))),
+            },
         }
     }
 

@@ -549,19 +549,6 @@ MATCH_KERNELS(u64, uint64_t)
 #undef MATCH_KERNELS
 #undef MATCH_KERNEL
 
-// out[i] = the bijective mix of in[i] (murmur3's finalizer after a seed xor: joinkit::hash32,
-// hash64). CPU twin: copart::mix.
-extern "C" __global__ void phj_mix_u32(const uint32_t* in, uint32_t* out, uint64_t n,
-                                       uint32_t seed) {
-  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
-    out[i] = joinkit::hash32(in[i], seed);
-}
-extern "C" __global__ void phj_mix_u64(const uint64_t* in, uint64_t* out, uint64_t n,
-                                       uint32_t seed) {
-  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
-    out[i] = joinkit::hash64(in[i], seed);
-}
-
 // stats[0] and [1] raised to this thread's maxima: one atomic per warp, not per partition
 // (65536 partitions' atomics on two words took 0.1 ms). Every thread of the launch calls it.
 __device__ __forceinline__ void raise_stats(unsigned long long* stats, uint64_t most,

@@ -392,19 +392,8 @@ impl CoPartitionJoin for CudaBackend {
     }
 
     fn mix_keys<K: Key>(&self, keys: &DeviceBuffer<K>) -> Result<DeviceBuffer<K>> {
-        let n = keys.len();
-        let out = self.alloc::<K>(n)?;
-        if n == 0 {
-            return Ok(out);
-        }
-        let (src, dst, n64, seed) = (keys.device_ptr(), out.device_ptr(), n as u64, MIX_SEED);
-        launch_small(
-            self,
-            key_name::<K>("phj_mix_u32", "phj_mix_u64"),
-            n,
-            false,
-            &[Arg::U64(src), Arg::U64(dst), Arg::U64(n64), Arg::U32(seed)],
-        )?;
+        let mut out = self.alloc::<K>(keys.len())?;
+        joinkit_partition::cuda::hash_keys(self, &keys.view(), &mut out.view_mut(), MIX_SEED)?;
         Ok(out)
     }
 

@@ -674,6 +674,24 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) totals[blockIdx.x] = carry;
 }
 
+// keys_out[i] = the seeded hash of keys_in[i] at the key's width (joinkit::hash32, hash64), and
+// back in place (unhash32, unhash64): the hash is a bijection of the key, so a partition by
+// hash bits can run as a radix partition of the hashed keys and give the keys back after.
+// CPU twins: joinkit_cuda::hash.
+#define JK_HASH_KEYS_KERNELS(T, K, HASH, UNHASH)                                                  \
+  extern "C" __global__ void part_hash_keys_##K(const T* keys_in, T* keys_out, uint64_t n,     \
+                                                 uint32_t seed) {                              \
+    for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())        \
+      keys_out[i] = joinkit::HASH(keys_in[i], seed);                                           \
+  }                                                                                             \
+  extern "C" __global__ void part_unhash_keys_##K(T* keys, uint64_t n, uint32_t seed) {        \
+    for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())        \
+      keys[i] = joinkit::UNHASH(keys[i], seed);                                                \
+  }
+JK_HASH_KEYS_KERNELS(uint32_t, u32, hash32, unhash32)
+JK_HASH_KEYS_KERNELS(uint64_t, u64, hash64, unhash64)
+#undef JK_HASH_KEYS_KERNELS
+
 // Partition offsets of digit-sorted keys, per key type: by binary searches or by one pass.
 #define JK_OFFSETS_KERNELS(T, K)                                                            \
   extern "C" __global__ void part_offsets_sorted_##K(const T* keys, uint64_t n, uint32_t shift, \

@@ -806,6 +806,78 @@ fn iota(backend: &CudaBackend, n: usize, width: u32) -> Result<Column<CudaBacken
     })
 }
 
+/// Power-of-two hash fan-outs from this one up run as radix partitions of the hashed keys
+/// (CUB's passes for one moved column), where the one-pass kernel's runs of a partition in a
+/// tile get short (H200, 2^28 rows, 4-byte keys and payloads: see docs/results/primitives.md).
+const RADIX_HASH_FANOUT: usize = 512;
+
+/// `keys_out[i]` = the seeded hash of `keys_in[i]` at the key's width
+/// (`joinkit_cuda::hash::hash32` / `hash64`, whose low 32 bits [`crate::hash_partition_of`]
+/// partitions by): a bijection of the key, undone by [`unhash_keys`].
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when the lengths differ; driver errors.
+pub fn hash_keys<K: Key>(
+    backend: &CudaBackend,
+    keys_in: &CudaView<'_, K>,
+    keys_out: &mut CudaViewMut<'_, K>,
+    seed: u32,
+) -> Result<()> {
+    let n = keys_in.len();
+    Error::check_len("hash_keys input vs output", n, keys_out.len())?;
+    if n == 0 {
+        return Ok(());
+    }
+    let name = if K::BITS == 32 {
+        "part_hash_keys_u32"
+    } else {
+        "part_hash_keys_u64"
+    };
+    let (src, dst, n64) = (
+        ptr_in(backend, keys_in),
+        ptr_out(backend, keys_out),
+        n as u64,
+    );
+    launch!(
+        backend,
+        name,
+        backend.grid_stride_config(n, THREADS),
+        &src,
+        &dst,
+        &n64,
+        &seed
+    )
+}
+
+/// Undoes [`hash_keys`] with the same `seed`, in place.
+///
+/// # Errors
+/// Driver errors.
+pub fn unhash_keys<K: Key>(
+    backend: &CudaBackend,
+    keys: &mut CudaViewMut<'_, K>,
+    seed: u32,
+) -> Result<()> {
+    let n = keys.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let name = if K::BITS == 32 {
+        "part_unhash_keys_u32"
+    } else {
+        "part_unhash_keys_u64"
+    };
+    let (ptr, n64) = (ptr_out(backend, keys), n as u64);
+    launch!(
+        backend,
+        name,
+        backend.grid_stride_config(n, THREADS),
+        &ptr,
+        &n64,
+        &seed
+    )
+}
+
 /// Hash partition into `fanout` partitions by [`crate::hash_partition_of`] with `seed` (see
 /// [`crate::HashPartition`]): writes keys, payloads, row ids and `fanout + 1` offsets.
 ///
@@ -836,6 +908,25 @@ pub fn hash_partition<K: Key>(
     )?;
     if n == 0 {
         return zero_offsets(backend, offsets);
+    }
+    if fanout.is_power_of_two() && fanout >= RADIX_HASH_FANOUT {
+        // A power-of-two fan-out's partition is the top bits of the hash's low 32 bits, and the
+        // hash is a bijection of the key: a stable radix partition of the hashed keys, whose
+        // keys are then hashed back.
+        let bits = 32 - fanout.trailing_zeros()..32;
+        let mut hashed = backend.alloc::<K>(n)?;
+        hash_keys(backend, keys_in, &mut hashed.view_mut(), seed)?;
+        radix_partition(
+            backend,
+            &hashed.view(),
+            keys_out,
+            payloads,
+            row_ids,
+            offsets,
+            bits,
+            scratch,
+        )?;
+        return unhash_keys(backend, keys_out, seed);
     }
     specs.extend(ids);
     let digit = DigitFn::hash(fanout, seed);

@@ -16,7 +16,10 @@ use crate::stable::{Partitioned, cpu_stable_partition};
 /// particular permutation (compare outputs as multisets per partition). The CUDA kernel stages
 /// each tile in shared memory grouped by partition and writes every partition's run of the
 /// tile contiguously, so global writes stay coalesced (the shared-memory-buffered scatter of
-/// Gao et al., ADMS'21, §3.1, with the tile as the buffer).
+/// Gao et al., ADMS'21, §3.1, with the tile as the buffer). Power-of-two fan-outs of 512 and
+/// more, where a tile's runs get short, run instead as a stable radix partition of the hashed
+/// keys (the seeded hash is a bijection of the key, a power-of-two fan-out's partition the top
+/// bits of its low 32; the keys are hashed back after), in input order within a partition.
 pub trait HashPartition: Backend {
     /// Partitions `keys` and `payloads` into `fanout` partitions by the seeded hash of the key.
     ///

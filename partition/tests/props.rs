@@ -338,6 +338,7 @@ fn check_hash<K: Key + Arbitrary>(test: &str) {
         Just(3),
         Just(256),
         Just(257),
+        Just(512),
         Just(1000),
         Just(1024),
         1usize..1025
@@ -607,14 +608,19 @@ fn many_payload_columns_follow_their_keys() {
         );
         grouped(&qk, &qo, &gids, &radix);
         check(q.payloads.iter().map(|c| bits(&g, c)).collect(), gids);
-        let h = g.hash_partition(&dk, &refs, 77, 5, RowIds::U32).unwrap();
-        let hids = bits(&g, h.row_ids.as_ref().unwrap());
-        let (hk, ho) = (
-            g.download(&h.keys).unwrap(),
-            g.download(&h.offsets).unwrap(),
-        );
-        grouped(&hk, &ho, &hids, &|k| hash_partition_of(k, 5, 77));
-        check(h.payloads.iter().map(|c| bits(&g, c)).collect(), hids);
+        // 77: the one-pass kernel; 1024: a radix partition of the hashed keys.
+        for fanout in [77, 1024] {
+            let h = g
+                .hash_partition(&dk, &refs, fanout, 5, RowIds::U32)
+                .unwrap();
+            let hids = bits(&g, h.row_ids.as_ref().unwrap());
+            let (hk, ho) = (
+                g.download(&h.keys).unwrap(),
+                g.download(&h.offsets).unwrap(),
+            );
+            grouped(&hk, &ho, &hids, &|k| hash_partition_of(k, 5, fanout as u32));
+            check(h.payloads.iter().map(|c| bits(&g, c)).collect(), hids);
+        }
     }
 }
 
@@ -872,6 +878,7 @@ mod large {
         };
         for (keys, fanout) in [
             (uniform::<u32>(N), 1024usize),
+            (skewed(N), 512),
             (skewed(N), 1000),
             (skewed(N), 256),
         ] {
