@@ -11,7 +11,7 @@ use clap::Args;
 use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
 use joinkit_cuda::{Device, DeviceKind, Error, Result, hash, with_backend};
 
-use crate::measure::{Ctx, Runs, Timing, parse_size, time};
+use crate::measure::{Ctx, Runs, Timing, parse_scale_factor, parse_size, time};
 use crate::plot::PlotSpec;
 use crate::report::{Report, Row};
 
@@ -26,11 +26,16 @@ pub(crate) struct CodecArgs {
     chunk: u32,
     /// Schemes to measure, comma separated (`bp,delta+bp,rle+delta+bp`); default: the
     /// selector's candidates.
-    #[arg(long)]
-    schemes: Option<String>,
+    #[arg(long, value_delimiter = ',', value_parser = str::parse::<Scheme>)]
+    schemes: Vec<Scheme>,
     /// Columns to measure, comma separated, from: sorted, runs, random, small, orderkey.
-    #[arg(long, default_value = "sorted,runs,random,small,orderkey")]
-    columns: String,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "sorted,runs,random,small,orderkey",
+        value_parser = parse_column
+    )]
+    columns: Vec<String>,
     /// Buffers of the fused many-buffer run (default 1024 on a GPU, 64 on a CPU).
     #[arg(long)]
     buffers: Option<usize>,
@@ -41,9 +46,23 @@ pub(crate) struct CodecArgs {
     #[arg(long)]
     no_check: bool,
     /// Instead of the synthetic columns: TPC-H's l_orderkey, o_orderkey, o_orderpriority and
-    /// l_partkey at this scale factor (from tpchgen), each with the selector's scheme.
-    #[arg(long)]
+    /// l_partkey at this scale factor (from tpchgen), each with the selector's scheme (above 0,
+    /// at most 700).
+    #[arg(long, value_parser = parse_scale_factor)]
     tpch: Option<f64>,
+}
+
+/// The synthetic columns [`column`] makes.
+const COLUMNS: [&str; 5] = ["sorted", "runs", "random", "small", "orderkey"];
+
+/// A synthetic column by name (a clap value parser).
+fn parse_column(s: &str) -> std::result::Result<String, String> {
+    let s = s.trim();
+    if COLUMNS.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("columns are {}", COLUMNS.join(", ")))
+    }
 }
 
 /// The plot of codec: encode and decode GB/s against the column length, a line per column
@@ -76,7 +95,8 @@ fn column(name: &str, n: usize) -> Result<Vec<u64>> {
         "orderkey" => orderkeys(n),
         _ => {
             return Err(Error::InvalidArgument(format!(
-                "unknown column {name:?} (sorted, runs, random, small, orderkey)"
+                "unknown column {name:?} ({})",
+                COLUMNS.join(", ")
             )));
         }
     })
@@ -182,12 +202,10 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs, ctx: &mut Ctx) -> Result<()> {
         chunk_values: args.chunk,
     };
     opts.check()?;
-    let schemes: Vec<Scheme> = match &args.schemes {
-        Some(s) => s
-            .split(',')
-            .map(str::parse)
-            .collect::<Result<Vec<Scheme>>>()?,
-        None => Scheme::candidates(),
+    let schemes = if args.schemes.is_empty() {
+        Scheme::candidates()
+    } else {
+        args.schemes.clone()
     };
     let (copy_gbps, _) = ctx.copy_bandwidth(b, n.max(1 << 20), runs.repeat)?;
     let set = Settings {
@@ -209,7 +227,7 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs, ctx: &mut Ctx) -> Result<()> {
     ));
     let whole = [0, n];
     let mut orderkey_input: Option<(B::Buf<u64>, Vec<u64>, Scheme)> = None;
-    for name in args.columns.split(',').map(str::trim) {
+    for name in args.columns.iter().map(String::as_str) {
         let host = column(name, n)?;
         let input = b.upload(&host)?;
         for s in &schemes {

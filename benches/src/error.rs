@@ -31,4 +31,8 @@ pub(crate) enum BenchError {
     /// Options that do not fit together (or a sweep that names no option).
     #[error("{0}")]
     Usage(String),
+    /// The tables could not be printed: standard output is closed or full (the run's files
+    /// are written first).
+    #[error("standard output: {0}")]
+    Stdout(std::io::Error),
 }

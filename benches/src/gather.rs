@@ -8,7 +8,7 @@ use clap::Args;
 use joinkit_cuda::{Buffer, Device, DeviceKind, Element, Error, Key, Result, hash, with_backend};
 use joinkit_primitives::{Bounds, Gather, Sort};
 
-use crate::measure::{Ctx, Runs, parse_size, sizes_or, time};
+use crate::measure::{Ctx, Runs, parse_size, parse_width, sizes_or, time};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -20,19 +20,33 @@ pub(crate) struct GatherArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<usize>,
     /// Value widths in bytes (4, 8).
-    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    #[arg(long, value_delimiter = ',', default_value = "4,8", value_parser = parse_width)]
     widths: Vec<u32>,
     /// Map index widths in bytes (4, 8).
-    #[arg(long, value_delimiter = ',', default_value = "4")]
+    #[arg(long, value_delimiter = ',', default_value = "4", value_parser = parse_width)]
     map_widths: Vec<u32>,
     /// Map shapes: identity, half (i/2), window (shuffles inside 1024-element windows),
     /// random (a random permutation).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "identity,half,window,random"
+        default_value = "identity,half,window,random",
+        value_parser = parse_map
     )]
     maps: Vec<String>,
+}
+
+/// The map shapes [`make_map`] builds.
+const MAPS: [&str; 4] = ["identity", "half", "window", "random"];
+
+/// A map shape by name (a clap value parser).
+fn parse_map(s: &str) -> std::result::Result<String, String> {
+    let s = s.trim();
+    if MAPS.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("map shapes are {}", MAPS.join(", ")))
+    }
 }
 
 /// The plot of gather: GB/s against the size, a line per map shape and widths.
@@ -87,7 +101,8 @@ pub(crate) fn make_map<B: Sort, I: Key>(b: &B, kind: &str, n: usize) -> Result<B
         }
         other => {
             return Err(Error::InvalidArgument(format!(
-                "unknown map shape {other:?} (identity, half, window, random)"
+                "unknown map shape {other:?} ({})",
+                MAPS.join(", ")
             )));
         }
     };

@@ -9,7 +9,7 @@ use joinkit_hashtable::{
     BuildOrder, HashTables, Probing, RandomAccessFloors, TableConfig, TableKind,
 };
 
-use crate::measure::{Ctx, parse_size, sizes_or, time};
+use crate::measure::{Ctx, KeyBits, parse_size, sizes_or, time};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -26,15 +26,20 @@ pub(crate) struct HashtableArgs {
     /// Open-addressing load factors (chaining always runs at 1 row per bucket).
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9")]
     load_factors: Vec<f64>,
-    /// Probe hit rates in percent.
-    #[arg(long, value_delimiter = ',', default_value = "100,50")]
+    /// Probe hit rates in percent (0 to 100).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,50",
+        value_parser = clap::value_parser!(u32).range(0..=100)
+    )]
     hit_rates: Vec<u32>,
     /// Build rows per distinct key (1 = unique; above 1 skips the key-value kind).
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     multiplicity: Vec<usize>,
     /// Key width in bits: 32 or 64.
-    #[arg(long, default_value_t = 32)]
-    key_bits: u32,
+    #[arg(long, value_enum, default_value = "32")]
+    key_bits: KeyBits,
     /// Insert orders of the open-addressing GPU builds: auto (clustered for tables of 4x the
     /// L2 cache and more), input, clustered (keys hash-partitioned by home-slot region first).
     #[arg(long, value_delimiter = ',', default_value = "auto")]
@@ -72,9 +77,8 @@ pub(crate) const PLOT: PlotSpec = PlotSpec {
 
 pub(crate) fn run(device: &Device, args: &HashtableArgs, ctx: &mut Ctx) -> Result<()> {
     with_backend!(device, b => match args.key_bits {
-        32 => bench::<_, u32>(b, args, ctx),
-        64 => bench::<_, u64>(b, args, ctx),
-        k => Err(Error::InvalidArgument(format!("--key-bits {k}: use 32 or 64"))),
+        KeyBits::U32 => bench::<_, u32>(b, args, ctx),
+        KeyBits::U64 => bench::<_, u64>(b, args, ctx),
     })
 }
 

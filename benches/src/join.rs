@@ -20,8 +20,8 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::Field;
 use clap::Args;
 use joinkit::{
-    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Table, join_columns,
-    join_columns_chunked,
+    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Table, check_rows,
+    join_columns, join_columns_chunked, output_row_bytes,
 };
 use joinkit_cuda::{
     Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, each_column, map_column,
@@ -31,7 +31,7 @@ use joinkit_datagen as datagen;
 
 use crate::error::{BenchError, Result};
 use crate::files::{self, HostTable};
-use crate::measure::{self, Ctx, Runs, parse_size};
+use crate::measure::{self, Ctx, KeyBits, Runs, parse_scale_factor, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -58,8 +58,8 @@ pub(crate) struct JoinArgs {
     kind: JoinKind,
     /// Algorithms by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, PHJ-UM, PHJ-OM, auto), comma separated;
     /// default: all for a workload, auto for files (which take one).
-    #[arg(long, value_delimiter = ',')]
-    algorithm: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_algorithm)]
+    algorithm: Vec<Algorithm>,
     /// Rows of R, the unique-key (build) side, as 2^27 or 134217728; default 2^27 on a GPU,
     /// 2^20 on a CPU.
     #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
@@ -70,11 +70,12 @@ pub(crate) struct JoinArgs {
     /// Key width in bits: 32 or 64 (payloads have the same width).
     #[arg(
         long,
-        default_value_t = 32,
+        value_enum,
+        default_value = "32",
         conflicts_with = "left",
         help_heading = "Generated workloads"
     )]
-    key_bits: u32,
+    key_bits: KeyBits,
     /// Payload columns per side (1 = narrow; 2 = the papers' "2+2 wide").
     #[arg(
         long,
@@ -94,8 +95,14 @@ pub(crate) struct JoinArgs {
     /// Zipf exponent of S's keys over R (overrides --match-ratio; 0 is uniform).
     #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
     zipf: Option<f64>,
-    /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead.
-    #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
+    /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead (above 0, at
+    /// most 700: lineitem's rows then near the 2^32 - 1 a join side may have).
+    #[arg(
+        long,
+        value_parser = parse_scale_factor,
+        conflicts_with = "left",
+        help_heading = "Generated workloads"
+    )]
     tpch: Option<f64>,
     /// Output memory budget in bytes (2^30 or 1073741824): run the chunked join, which yields
     /// the output in pieces of at most this many bytes, with NPHJ-open and NPHJ-chained (the
@@ -143,19 +150,15 @@ fn kind_name(kind: JoinKind) -> &'static str {
     KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
 }
 
-/// Algorithms by name (see [`Algorithm::from_name`]).
-pub(crate) fn parse_algorithms(names: &[String]) -> joinkit_cuda::Result<Vec<Algorithm>> {
-    names
-        .iter()
-        .map(|n| {
-            Algorithm::from_name(n)
-                .ok_or_else(|| Error::InvalidArgument(format!("unknown algorithm {n:?}")))
-        })
-        .collect()
+/// An algorithm by name (see [`Algorithm::from_name`]; a clap value parser).
+pub(crate) fn parse_algorithm(s: &str) -> std::result::Result<Algorithm, String> {
+    Algorithm::from_name(s).ok_or_else(|| {
+        "use SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, PHJ-UM, PHJ-OM or auto".to_string()
+    })
 }
 
 pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
-    let mut algorithms = parse_algorithms(&args.algorithm)?;
+    let mut algorithms = args.algorithm.clone();
     if let (Some(left), Some(right), Some(on)) = (&args.left, &args.right, &args.on) {
         let algorithm = match algorithms[..] {
             [] => Algorithm::Auto,
@@ -182,11 +185,8 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
         };
     }
     match args.key_bits {
-        32 => with_backend!(device, b => bench::<_, u32>(b, args, &algorithms, ctx))?,
-        64 => with_backend!(device, b => bench::<_, u64>(b, args, &algorithms, ctx))?,
-        w => {
-            return Err(BenchError::Usage(format!("--key-bits {w}: use 32 or 64")));
-        }
+        KeyBits::U32 => with_backend!(device, b => bench::<_, u32>(b, args, &algorithms, ctx))?,
+        KeyBits::U64 => with_backend!(device, b => bench::<_, u64>(b, args, &algorithms, ctx))?,
     }
     Ok(())
 }
@@ -314,11 +314,18 @@ fn join_tables<B: JoinBackend, K: Key>(
     Ok((fields, columns, st))
 }
 
-/// The workload: R's and S's keys on the host, and a description.
+/// A workload side without rows (a join of nothing measures nothing).
+const NO_ROWS: Error = Error::EmptyInput("join benchmark sides need rows");
+
+/// The workload: R's and S's keys on the host, and a description. Generated sizes are checked
+/// before anything is generated: rows on both sides, no more than a join takes.
 fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>, Vec<K>, String)> {
     if let Some(sf) = args.tpch {
         let o = datagen::tpch::column(datagen::tpch::Column::OOrderkey, sf);
         let l = datagen::tpch::column(datagen::tpch::Column::LOrderkey, sf);
+        if o.is_empty() || l.is_empty() {
+            return Err(NO_ROWS);
+        }
         let fit = |v: Vec<u64>| v.into_iter().map(K::from_u64).collect::<Vec<K>>();
         return Ok((
             fit(o),
@@ -329,12 +336,14 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
     let nr = args.r.unwrap_or(if gpu { 1 << 27 } else { 1 << 20 });
     let ns = args.s.unwrap_or(2 * nr);
     if nr == 0 || ns == 0 {
-        return Err(Error::EmptyInput("join benchmark sides need rows"));
+        return Err(NO_ROWS);
     }
-    let r = datagen::unique_keys::<K>(nr, args.seed);
+    check_rows(nr)?;
+    check_rows(ns)?;
+    let r = datagen::unique_keys::<K>(nr, args.seed)?;
     let (s, shape) = match args.zipf {
         Some(theta) => (
-            datagen::zipf_foreign_keys::<K>(nr, ns, theta, args.seed + 1),
+            datagen::zipf_foreign_keys::<K>(nr, ns, theta, args.seed + 1)?,
             format!("Zipf {theta}"),
         ),
         None => {
@@ -344,7 +353,7 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
                 ));
             }
             (
-                datagen::foreign_keys::<K>(nr, ns, args.match_ratio, args.seed + 1),
+                datagen::foreign_keys::<K>(nr, ns, args.match_ratio, args.seed + 1)?,
                 format!("match ratio {}", args.match_ratio),
             )
         }
@@ -362,9 +371,9 @@ pub(crate) fn payload_columns<B: Backend, K: Key>(
     (0..payloads as u64)
         .map(|c| {
             Ok(if K::BITS == 32 {
-                Column::U32(b.upload(&datagen::payload::<K, u32>(keys, salt + c))?)
+                Column::U32(b.upload(&datagen::payload::<K, u32>(keys, salt + c)?)?)
             } else {
-                Column::U64(b.upload(&datagen::payload::<K, u64>(keys, salt + c))?)
+                Column::U64(b.upload(&datagen::payload::<K, u64>(keys, salt + c)?)?)
             })
         })
         .collect()
@@ -398,6 +407,7 @@ fn bench<B: JoinBackend, K: Key>(
          measured at start, over the join's time",
     );
     let width = (K::BITS / 8) as f64;
+    let output_row = output_row_bytes(args.kind, &left.payloads, &right.payloads) as f64;
     let runs = ctx.runs(10);
     for &algorithm in algorithms {
         let mut opts = JoinOptions::new(args.kind)
@@ -414,10 +424,10 @@ fn bench<B: JoinBackend, K: Key>(
                 median_run(|| join_columns(b, &left, &right, &opts), runs)?.1,
             ),
         };
-        // Bytes floor: inputs read once (keys and payloads) plus the output written once
-        // (the payloads of both sides per output row), over the measured copy bandwidth.
+        // Bytes floor: inputs read once (keys and payloads) plus the output written once (its
+        // rows' bytes as the memory budget counts them), over the measured copy bandwidth.
         let inputs = (r.len() + s.len()) as f64 * width * (1 + args.payloads) as f64;
-        let output = st.output_rows as f64 * width * (2 * args.payloads) as f64;
+        let output = st.output_rows as f64 * output_row;
         let floor_ms = (inputs + output) / (bw * 1e9) * 1e3;
         let row = Row::new("join").with("r", r.len()).with("s", s.len());
         ctx.report.row(

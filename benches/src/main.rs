@@ -32,7 +32,13 @@ use crate::report::Report;
 use crate::sweep::Axis;
 
 /// What `joinkit-bench` with no subcommand runs: a join sweep over sizes with every algorithm.
-const TOUR: [&str; 5] = ["join", "--sweep", "r=2^16..2^20", "--repeat", "3"];
+const TOUR: [&str; 3] = ["join", "--repeat", "3"];
+/// The tour's sizes, left out where the command line sweeps `r` itself.
+const TOUR_SIZES: [&str; 2] = ["--sweep", "r=2^16..2^20"];
+
+/// Options taking a value that are not sweep axes: they say where a run's files go (or what to
+/// sweep), once for the whole run.
+const NOT_AXES: [&str; 3] = ["sweep", "out-dir", "name"];
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,17 +66,17 @@ struct Common {
     /// JOINKIT_DEVICE environment variable works too).
     #[arg(long, global = true)]
     device: Option<String>,
-    /// Timed runs of each measurement; the median is reported (default: 10; codec on a CPU:
-    /// 3; a join of files: 1).
-    #[arg(long, global = true)]
+    /// Timed runs of each measurement, at least 1; the median is reported (default: 10; codec
+    /// on a CPU: 3; a join of files: 1).
+    #[arg(long, global = true, value_parser = measure::parse_repeat)]
     repeat: Option<usize>,
     /// Untimed runs before timing (default: 1; a join of files: 0).
     #[arg(long, global = true)]
     warmup: Option<usize>,
     /// A sweep axis NAME=V1,V2,...: runs the subcommand once per value, as if `--NAME V` were
-    /// given. NAME is any option taking a value (r, s, algorithm, kind, sizes, device, ...);
-    /// `2^A..2^B` stands for every power of two between. Repeat for more axes: every
-    /// combination runs. Example: --sweep r=2^16..2^20 --sweep key-bits=32,64.
+    /// given. NAME is any option taking a value (r, s, algorithm, kind, sizes, device, ...)
+    /// but out-dir and name; `2^A..2^B` stands for every power of two between. Repeat for more
+    /// axes: every combination runs. Example: --sweep r=2^16..2^20 --sweep key-bits=32,64.
     #[arg(long, global = true, value_parser = sweep::parse_axis)]
     sweep: Vec<Axis>,
     /// Directory for `<name>.jsonl` (every row with the device, git revision and command
@@ -156,6 +162,10 @@ impl Command {
 fn main() -> ExitCode {
     match run(std::env::args_os().collect()) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader stopped reading (`| head`): its files are written, nothing is wrong.
+        Err(BenchError::Stdout(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             // One line, whatever the source error's formatting.
             let text = e.to_string();
@@ -171,10 +181,14 @@ fn main() -> ExitCode {
 }
 
 fn run(mut argv: Vec<OsString>) -> Result<()> {
-    let mut cli = Cli::parse_from(&argv);
+    let mut cli = parse(&argv).map_err(BenchError::Usage)?;
     if cli.command.is_none() {
-        argv.splice(1..1, TOUR.map(OsString::from));
-        cli = Cli::parse_from(&argv);
+        let sizes = !cli.common.sweep.iter().any(|a| a.name == "r");
+        let tour = TOUR
+            .iter()
+            .chain(sizes.then_some(&TOUR_SIZES).into_iter().flatten());
+        argv.splice(1..1, tour.map(OsString::from));
+        cli = parse(&argv).map_err(BenchError::Usage)?;
     }
     let command = subcommand(&cli)?;
     let options = long_options(command.name());
@@ -185,35 +199,48 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
             command.name()
         )));
     }
+    if let Some(a) = cli
+        .common
+        .sweep
+        .iter()
+        .find(|a| NOT_AXES.contains(&a.name.as_str()))
+    {
+        return Err(BenchError::Usage(format!(
+            "sweep axis {:?}: --{} is given once for the whole run, not swept",
+            a.name, a.name
+        )));
+    }
     // Parse every run before the first starts: a bad value fails now, not an hour in.
     let runs = sweep::points(&argv, &cli.common.sweep)?
         .into_iter()
         .map(|p| {
-            let c = Cli::try_parse_from(&p.argv).map_err(|e| {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or_default();
-                BenchError::Usage(format!(
-                    "sweep {}: {}",
-                    p.label,
-                    first.trim_start_matches("error: ")
-                ))
-            })?;
+            let c =
+                parse(&p.argv).map_err(|e| BenchError::Usage(format!("sweep {}: {e}", p.label)))?;
             Ok((p, c))
         })
         .collect::<Result<Vec<_>>>()?;
+    // Open every run's device before the first starts too (`on`: each run's, by index).
+    let mut devices: Vec<(&Option<String>, Device)> = Vec::new();
+    let mut on = Vec::with_capacity(runs.len());
+    for (_, c) in &runs {
+        let spec = &c.common.device;
+        let i = match devices.iter().position(|(s, _)| *s == spec) {
+            Some(i) => i,
+            None => {
+                let d = match spec {
+                    Some(s) => Device::from_spec(s)?,
+                    None => Device::best(),
+                };
+                devices.push((spec, d));
+                devices.len() - 1
+            }
+        };
+        on.push(i);
+    }
 
     let mut report = Report::new(command.name(), command_line(&argv), runs.len());
     let mut copies = CopyCache::new();
-    let mut device: Option<(Option<String>, Device)> = None;
-    let mut run_point = |point: &sweep::Point, c: &Cli| -> Result<()> {
-        let spec = &c.common.device;
-        let d = match device.take() {
-            Some((s, d)) if s == *spec => d,
-            _ => match spec {
-                Some(s) => Device::from_spec(s)?,
-                None => Device::best(),
-            },
-        };
+    let mut run_point = |point: &sweep::Point, c: &Cli, d: &Device| -> Result<()> {
         report.start_point(&point.label, point.values.clone(), d.describe());
         let mut ctx = Ctx {
             repeat: c.common.repeat,
@@ -221,19 +248,43 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
             report: &mut report,
             copies: &mut copies,
         };
-        subcommand(c)?.run(&d, &mut ctx)?;
+        subcommand(c)?.run(d, &mut ctx)?;
         report.end_point();
-        device = Some((spec.clone(), d));
         Ok(())
     };
-    // A failure ends the sweep, and what was measured before it is still reported.
-    let failed = runs.iter().try_for_each(|(p, c)| run_point(p, c)).err();
-    if failed.is_none() || report.has_rows() {
+    // A failure ends the sweep, and what was measured before it is still reported (the
+    // failure is the error then, whatever the report's files and printing say).
+    let failed = runs
+        .iter()
+        .zip(on)
+        .try_for_each(|((p, c), i)| run_point(p, c, &devices[i].1))
+        .err();
+    let finished = if failed.is_none() || report.has_rows() {
         let axes: Vec<String> = cli.common.sweep.iter().map(|a| a.name.clone()).collect();
         let stem = cli.common.name.as_deref().unwrap_or(command.name());
-        report.finish(&cli.common.out_dir, stem, command.plot().as_ref(), &axes)?;
-    }
-    failed.map_or(Ok(()), Err)
+        report.finish(&cli.common.out_dir, stem, command.plot().as_ref(), &axes)
+    } else {
+        Ok(())
+    };
+    failed.map_or(finished, Err)
+}
+
+/// Parses a command line: `--help` and `--version` print and exit; a bad one is clap's first
+/// paragraph (the error and any possible values, not the usage hints after), to be reported
+/// as one line like every error.
+fn parse(argv: &[OsString]) -> std::result::Result<Cli, String> {
+    Cli::try_parse_from(argv).map_err(|e| {
+        if !e.use_stderr() {
+            e.exit();
+        }
+        let text = e.to_string();
+        let error: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        error.join("; ").trim_start_matches("error: ").to_string()
+    })
 }
 
 /// The subcommand of a parsed command line (the tour's insertion gives every one its own).

@@ -46,12 +46,13 @@ impl Ctx<'_> {
     pub(crate) fn runs_or(&self, warmup: usize, repeat: usize) -> Runs {
         Runs {
             warmup: self.warmup.unwrap_or(warmup),
-            repeat: self.repeat.unwrap_or(repeat).max(1),
+            repeat: self.repeat.unwrap_or(repeat),
         }
     }
 }
 
-/// How often a measurement runs: `warmup` times untimed, then `repeat` times timed.
+/// How often a measurement runs: `warmup` times untimed, then `repeat` times timed (at least
+/// once: `--repeat` refuses 0, and no default is 0).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Runs {
     pub(crate) warmup: usize,
@@ -76,8 +77,8 @@ pub(crate) fn time<B: Backend>(
         work()?;
     }
     backend.synchronize()?;
-    let mut ms = Vec::with_capacity(repeat.max(1));
-    for _ in 0..repeat.max(1) {
+    let mut ms = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
         ms.push(backend.timed(&mut work)?.1);
     }
     ms.sort_by(f64::total_cmp);
@@ -147,6 +148,48 @@ pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
     parsed.ok_or_else(|| format!("{s:?} is not a size (write 2^27 or 134217728)"))
 }
 
+/// Parses `--repeat`: timed runs, at least one (a clap value parser).
+pub(crate) fn parse_repeat(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("a median needs at least 1 timed run".into()),
+    }
+}
+
+/// Parses a width in bytes: 4 or 8 (a clap value parser).
+pub(crate) fn parse_width(s: &str) -> std::result::Result<u32, String> {
+    match s.trim() {
+        "4" => Ok(4),
+        "8" => Ok(8),
+        _ => Err("widths are 4 or 8 bytes".into()),
+    }
+}
+
+/// `--key-bits`: the width of the generated keys (and payloads).
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum KeyBits {
+    #[value(name = "32")]
+    U32,
+    #[value(name = "64")]
+    U64,
+}
+
+/// Largest TPC-H scale factor taken: `lineitem` has about 6 million rows per unit of scale
+/// factor, so past 700 it outgrows the `2^32 - 1` rows a join side may have (its key column
+/// alone is then some 34 GB on the host).
+pub(crate) const MAX_SCALE_FACTOR: f64 = 700.0;
+
+/// Parses a TPC-H scale factor: a number above 0 and at most [`MAX_SCALE_FACTOR`] (a clap
+/// value parser; 0, NaN and infinity generate nothing or never end).
+pub(crate) fn parse_scale_factor(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(sf) if sf > 0.0 && sf <= MAX_SCALE_FACTOR => Ok(sf),
+        _ => Err(format!(
+            "a scale factor is a number above 0 and at most {MAX_SCALE_FACTOR}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -156,5 +199,13 @@ mod tests {
         assert!(super::parse_size("3^2").is_err());
         assert!(super::parse_size("2^99").is_err());
         assert!(super::parse_size("x").is_err());
+    }
+
+    #[test]
+    fn scale_factors_are_finite_and_bounded() {
+        assert_eq!(super::parse_scale_factor("0.01"), Ok(0.01));
+        for bad in ["0", "-1", "nan", "inf", "1e12", "x"] {
+            assert!(super::parse_scale_factor(bad).is_err(), "{bad}");
+        }
     }
 }

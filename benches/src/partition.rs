@@ -28,16 +28,21 @@ pub(crate) struct PartitionArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<usize>,
     /// Key x payload widths in bytes, comma separated.
-    #[arg(long, default_value = "4x4,8x8")]
-    widths: String,
+    #[arg(long, value_delimiter = ',', default_value = "4x4,8x8", value_parser = widths)]
+    widths: Vec<(usize, usize)>,
     /// Operations, comma separated: radix8, hashN (hash partition at fan-out N, 1 to 1024:
     /// power-of-two fan-outs from 512 run as radix partitions of the hashed keys on CUDA),
     /// bucket.
-    #[arg(long, default_value = "radix8,hash256,hash1024,bucket")]
-    ops: String,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "radix8,hash256,hash1024,bucket",
+        value_parser = Op::parse
+    )]
+    ops: Vec<Op>,
     /// Key distributions, comma separated: uniform, zipf (hash-based power law).
-    #[arg(long, default_value = "uniform,zipf")]
-    dists: String,
+    #[arg(long, value_delimiter = ',', default_value = "uniform,zipf", value_parser = zipf)]
+    dists: Vec<bool>,
     /// Elements (u32) for the copy-bandwidth reference; default 2^28 on a GPU, 2^24 on a CPU.
     #[arg(long, value_parser = parse_size)]
     copy_elements: Option<usize>,
@@ -68,13 +73,17 @@ const BUCKET_FANOUT: usize = 256;
 const BUCKET_CAPACITY: usize = 4096;
 
 impl Op {
+    /// An operation by name (a clap value parser); a hash fan-out as the library checks it.
     fn parse(s: &str) -> Result<Op> {
         let s = s.trim();
         match s {
             "radix8" => Ok(Op::Radix8),
             "bucket" => Ok(Op::Bucket),
             _ => match s.strip_prefix("hash").map(str::parse::<usize>) {
-                Some(Ok(fanout)) => Ok(Op::Hash(fanout)),
+                Some(Ok(fanout)) => {
+                    Partitioner::Hash { fanout, seed: 0 }.fanout::<u32>()?;
+                    Ok(Op::Hash(fanout))
+                }
                 _ => Err(Error::InvalidArgument(format!(
                     "unknown operation {s:?}: radix8, hashN (N the fan-out, 1 to 1024), bucket"
                 ))),
@@ -99,13 +108,7 @@ impl Op {
     }
 }
 
-fn list<T>(s: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
-    s.split(',')
-        .filter(|x| !x.trim().is_empty())
-        .map(parse)
-        .collect()
-}
-
+/// Key x payload widths by name (a clap value parser).
 fn widths(s: &str) -> Result<(usize, usize)> {
     match s.trim() {
         "4x4" => Ok((4, 4)),
@@ -114,6 +117,17 @@ fn widths(s: &str) -> Result<(usize, usize)> {
         "8x8" => Ok((8, 8)),
         w => Err(Error::InvalidArgument(format!(
             "widths {w:?}: KxV with K, V in 4, 8"
+        ))),
+    }
+}
+
+/// Whether a key distribution by name is the power law (a clap value parser).
+fn zipf(s: &str) -> Result<bool> {
+    match s.trim() {
+        "uniform" => Ok(false),
+        "zipf" => Ok(true),
+        d => Err(Error::InvalidArgument(format!(
+            "distribution {d:?}: uniform or zipf"
         ))),
     }
 }
@@ -130,22 +144,11 @@ fn sweep<B: Bench>(b: &B, args: &PartitionArgs, ctx: &mut Ctx) -> Result<()> {
         &[16, 18, 20, 22, 24, 26, 28],
         &[12, 14, 16, 18, 20],
     );
-    let ops = list(&args.ops, Op::parse)?;
-    let shapes = list(&args.widths, widths)?;
-    let dists = list(&args.dists, |d| match d.trim() {
-        "uniform" => Ok(false),
-        "zipf" => Ok(true),
-        d => Err(Error::InvalidArgument(format!(
-            "distribution {d:?}: uniform or zipf"
-        ))),
-    })?;
     let copy_n = args
         .copy_elements
         .unwrap_or(if gpu { 1 << 28 } else { 1 << 24 });
-    if copy_n == 0 || sizes.is_empty() || ops.is_empty() {
-        return Err(Error::EmptyInput(
-            "partition needs sizes, operations and a copy size",
-        ));
+    if copy_n == 0 {
+        return Err(Error::EmptyInput("partition needs a copy size"));
     }
     let runs = ctx.runs(10);
     let (copy_gbps, t) = ctx.copy_bandwidth(b, copy_n, runs.repeat)?;
@@ -153,8 +156,8 @@ fn sweep<B: Bench>(b: &B, args: &PartitionArgs, ctx: &mut Ctx) -> Result<()> {
         "copy {copy_n} x u32: median {:.3} ms, {copy_gbps:.1} GB/s (read + write): the 100% of \"of copy\"",
         t.median_ms
     ));
-    for &(kw, vw) in &shapes {
-        for &zipf in &dists {
+    for &(kw, vw) in &args.widths {
+        for &zipf in &args.dists {
             for &n in &sizes {
                 let case = Case {
                     n,
@@ -164,9 +167,9 @@ fn sweep<B: Bench>(b: &B, args: &PartitionArgs, ctx: &mut Ctx) -> Result<()> {
                     copy_gbps,
                 };
                 if kw == 4 {
-                    case.run::<B, u32>(b, &ops, ctx)?;
+                    case.run::<B, u32>(b, &args.ops, ctx)?;
                 } else {
-                    case.run::<B, u64>(b, &ops, ctx)?;
+                    case.run::<B, u64>(b, &args.ops, ctx)?;
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -194,6 +194,9 @@ pub(crate) struct Report {
     /// terminal and it has not been shown yet).
     bar_due: bool,
     started: Instant,
+    /// Why standard output failed, if it did: nothing more is printed, the run goes on, and
+    /// [`Report::finish`] returns it once the files are written.
+    stdout_failed: Option<std::io::Error>,
 }
 
 impl Report {
@@ -216,6 +219,7 @@ impl Report {
             bar,
             bar_due: std::io::stderr().is_terminal(),
             started: Instant::now(),
+            stdout_failed: None,
         }
     }
 
@@ -243,7 +247,18 @@ impl Report {
     pub(crate) fn note(&mut self, line: impl Into<String>) {
         let line = line.into();
         if self.notes.insert(line.clone()) {
-            self.bar.suspend(|| println!("{line}"));
+            self.print(&line);
+        }
+    }
+
+    /// Prints `text` and a newline on standard output, under the bar; a failure is kept for
+    /// [`Report::finish`] instead of a panic (which would leave the bar's lock poisoned).
+    fn print(&mut self, text: &str) {
+        if self.stdout_failed.is_none() {
+            let written = self
+                .bar
+                .suspend(|| writeln!(std::io::stdout().lock(), "{text}"));
+            self.stdout_failed = written.err();
         }
     }
 
@@ -275,12 +290,13 @@ impl Report {
         }
     }
 
-    /// Ends the run: prints the tables, writes `<dir>/<stem>.jsonl` and the plots of `spec`
-    /// (throughput against the first numeric axis of `axes` that varies, else `spec.x`), and
-    /// says where they went.
+    /// Ends the run: writes `<dir>/<stem>.jsonl` and the plots of `spec` (throughput against
+    /// the first numeric axis of `axes` that varies, else `spec.x`), prints the tables, and
+    /// says where the files went.
     ///
     /// # Errors
-    /// [`BenchError::Io`] when the directory or a file cannot be written.
+    /// [`BenchError::Io`] when the directory or a file cannot be written (the tables are
+    /// printed still); [`BenchError::Stdout`] when standard output failed during the run.
     pub(crate) fn finish(
         &mut self,
         dir: &Path,
@@ -289,9 +305,26 @@ impl Report {
         axes: &[String],
     ) -> Result<()> {
         self.bar.finish_and_clear();
-        for table in self.tables() {
-            println!("{}", self.render(table));
+        let written = self.write_files(dir, stem, spec, axes);
+        let tables: Vec<String> = self.tables().iter().map(|t| self.render(t)).collect();
+        for table in tables {
+            self.print(&table);
         }
+        let names: Vec<String> = written?.iter().map(|p| p.display().to_string()).collect();
+        self.print(&format!("wrote {}", names.join(", ")));
+        self.stdout_failed
+            .take()
+            .map_or(Ok(()), |e| Err(BenchError::Stdout(e)))
+    }
+
+    /// Writes the JSON lines and the plots; returns their paths.
+    fn write_files(
+        &self,
+        dir: &Path,
+        stem: &str,
+        spec: Option<&PlotSpec>,
+        axes: &[String],
+    ) -> Result<Vec<PathBuf>> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| BenchError::Io { path, source }
@@ -309,9 +342,7 @@ impl Report {
             );
             written.extend(plot::plot(&rows, spec, axes, &title, dir, stem)?);
         }
-        let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-        println!("wrote {}", names.join(", "));
-        Ok(())
+        Ok(written)
     }
 
     fn tables(&self) -> Vec<&'static str> {
@@ -385,7 +416,8 @@ impl Report {
     }
 
     /// Every row as a JSON object: the revision, the command line, the device, the time, the
-    /// table, then the row's fields (shown or not) in order.
+    /// table, then the row's fields (shown or not) in order, but for one named like a key
+    /// before it (a swept `device`: the device's description stays).
     fn json_lines(&self) -> String {
         let time = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -399,7 +431,11 @@ impl Report {
                 ("unix_time".to_string(), time.to_string()),
                 ("table".to_string(), json_string(row.table)),
             ];
-            pairs.extend(row.fields.iter().map(|f| (f.name.clone(), f.value.json())));
+            for f in &row.fields {
+                if !pairs.iter().any(|(k, _)| *k == f.name) {
+                    pairs.push((f.name.clone(), f.value.json()));
+                }
+            }
             let body: Vec<String> = pairs
                 .iter()
                 .map(|(k, v)| format!("{}:{v}", json_string(k)))
@@ -413,9 +449,12 @@ impl Report {
 }
 
 impl Drop for Report {
-    /// Clears the bar whatever happens (an error is printed after the report is dropped).
+    /// Clears the bar whatever happens (an error is printed after the report is dropped), but
+    /// not while a panic unwinds: the bar's lock may be poisoned, and a second panic aborts.
     fn drop(&mut self) {
-        self.bar.finish_and_clear();
+        if !std::thread::panicking() {
+            self.bar.finish_and_clear();
+        }
     }
 }
 
@@ -456,5 +495,18 @@ mod tests {
         assert_eq!(first["min ms"], 1.0);
         assert_eq!(first["device"], "CPU");
         assert_eq!(first["r"], 4);
+    }
+
+    #[test]
+    fn a_swept_device_keeps_the_description_in_json() {
+        let mut r = Report::new("t", "joinkit-bench t".into(), 1);
+        let axis = vec![("device".into(), Value::parse("cpu"))];
+        r.start_point("device=cpu", axis, "CPU (2 rayon threads)".into());
+        r.row(Row::new("t").with("ms", 1.5));
+        assert!(r.render("t").contains("cpu"), "the axis is a column");
+        let line = r.json_lines();
+        assert_eq!(line.matches("\"device\"").count(), 1, "{line}");
+        let row: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(row["device"], "CPU (2 rayon threads)");
     }
 }

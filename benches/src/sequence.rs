@@ -13,14 +13,14 @@
 use clap::Args;
 use joinkit::{
     Algorithm, ColumnKey, DimensionJoin, FkMaterialization, JoinBackend, SequenceOptions,
-    SequenceStats, join_sequence,
+    SequenceStats, check_rows, join_sequence,
 };
 use joinkit_cuda::{Device, DeviceKind, Error, with_backend};
 use joinkit_datagen as datagen;
 
 use crate::error::{BenchError, Result};
-use crate::join::{parse_algorithms, payload_columns, table};
-use crate::measure::{self, Ctx, parse_size};
+use crate::join::{parse_algorithm, payload_columns, table};
+use crate::measure::{self, Ctx, KeyBits, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -44,8 +44,8 @@ pub(crate) struct SequenceArgs {
     match_ratio: Vec<f64>,
     /// Algorithms of the joins by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, PHJ-UM,
     /// PHJ-OM, auto), comma separated; default: every concrete one.
-    #[arg(long, value_delimiter = ',')]
-    algorithm: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_algorithm)]
+    algorithm: Vec<Algorithm>,
     /// Foreign-key materializations, comma separated: `just-before` (gather each join's
     /// foreign keys at the surviving fact rows right before it) and `up-front` (the baseline:
     /// every foreign key is a column of the intermediate result from the start, gathered by
@@ -53,8 +53,8 @@ pub(crate) struct SequenceArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_fk)]
     fk: Vec<FkMaterialization>,
     /// Key width in bits: 32 or 64 (payloads have the same width).
-    #[arg(long, default_value_t = 32)]
-    key_bits: u32,
+    #[arg(long, value_enum, default_value = "32")]
+    key_bits: KeyBits,
     /// Payload columns of the fact table and of each dimension, materialized at the end (0:
     /// the gather maps only).
     #[arg(long, default_value_t = 1)]
@@ -80,7 +80,7 @@ fn parse_fk(s: &str) -> std::result::Result<FkMaterialization, String> {
 }
 
 pub(crate) fn run(device: &Device, args: &SequenceArgs, ctx: &mut Ctx) -> Result<()> {
-    let mut algorithms = parse_algorithms(&args.algorithm)?;
+    let mut algorithms = args.algorithm.clone();
     if algorithms.is_empty() {
         algorithms = Algorithm::CONCRETE.to_vec();
     }
@@ -116,11 +116,8 @@ pub(crate) fn run(device: &Device, args: &SequenceArgs, ctx: &mut Ctx) -> Result
         ratios: &ratios,
     };
     match args.key_bits {
-        32 => with_backend!(device, b => bench::<_, u32>(b, args, &plan, ctx))?,
-        64 => with_backend!(device, b => bench::<_, u64>(b, args, &plan, ctx))?,
-        w => {
-            return Err(BenchError::Usage(format!("--key-bits {w}: use 32 or 64")));
-        }
+        KeyBits::U32 => with_backend!(device, b => bench::<_, u32>(b, args, &plan, ctx))?,
+        KeyBits::U64 => with_backend!(device, b => bench::<_, u64>(b, args, &plan, ctx))?,
     }
     Ok(())
 }
@@ -145,6 +142,9 @@ fn bench<B: JoinBackend, K: ColumnKey>(
     if ns == 0 || nr == 0 {
         return Err(Error::EmptyInput("sequence benchmark tables need rows"));
     }
+    // Before generating: what the joins would refuse.
+    check_rows(ns)?;
+    check_rows(nr)?;
     let k = plan.ratios.len();
     // The fact table: foreign-key column i for dimension i, then the payloads.
     let mut fact = Vec::with_capacity(k + args.payloads);
@@ -152,10 +152,10 @@ fn bench<B: JoinBackend, K: ColumnKey>(
     let mut fact_payloads = Vec::new();
     for (i, &ratio) in plan.ratios.iter().enumerate() {
         let seed = args.seed + 10 * i as u64;
-        let keys = datagen::unique_keys::<K>(nr, seed);
+        let keys = datagen::unique_keys::<K>(nr, seed)?;
         tables.push(table(b, &keys, args.payloads, 100 + 10 * i as u64)?);
         drop(keys);
-        let fk = datagen::foreign_keys::<K>(nr, ns, ratio, seed + 1);
+        let fk = datagen::foreign_keys::<K>(nr, ns, ratio, seed + 1)?;
         if i == 0 {
             fact_payloads = payload_columns(b, &fk, args.payloads, 200)?;
         }

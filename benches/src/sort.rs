@@ -8,7 +8,7 @@ use clap::Args;
 use joinkit_cuda::{Backend, Device, DeviceKind, Error, Key, Result, with_backend};
 use joinkit_primitives::Sort;
 
-use crate::measure::{Ctx, Runs, parse_size, sizes_or, time};
+use crate::measure::{Ctx, Runs, parse_size, parse_width, sizes_or, time};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -20,7 +20,7 @@ pub(crate) struct SortArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<usize>,
     /// Key widths in bytes (4, 8); values are 4-byte row ids.
-    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    #[arg(long, value_delimiter = ',', default_value = "4,8", value_parser = parse_width)]
     key_widths: Vec<u32>,
     /// Key bits to sort by, as `lo..hi` (default: the whole key); `0..8` times one stable 8-bit
     /// partition pass.

@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -594,4 +594,205 @@ fn sequence_runs_both_foreign_key_materializations() {
         "--match-ratio: give one value or 2",
     );
     fails(&jb(&d, &["sequence", "--dims", "0"]), "--dims");
+}
+
+#[test]
+fn bad_options_fail_before_any_run() {
+    let d = dir("bad_options");
+    let cases: [(&[&str], &str); 17] = [
+        (
+            &["join", "--tpch", "0"],
+            "a scale factor is a number above 0",
+        ),
+        (
+            &["join", "--tpch", "nan"],
+            "a scale factor is a number above 0",
+        ),
+        (&["join", "--tpch", "1e12"], "at most 700"),
+        (&["join", "--repeat", "0"], "at least 1 timed run"),
+        (
+            &["join", "--r", "2^8", "--sweep", "algorithm=SMJ-UM,bogus"],
+            "sweep algorithm=bogus: invalid value 'bogus'",
+        ),
+        (
+            &["join", "--r", "2^8", "--sweep", "key-bits=32,16"],
+            "sweep key-bits=16: invalid value '16'",
+        ),
+        (
+            &["gather", "--sweep", "maps=identity,bogus"],
+            "sweep maps=bogus",
+        ),
+        (&["gather", "--widths", "4,5"], "widths are 4 or 8 bytes"),
+        (
+            &["partition", "--sweep", "ops=radix8,hash0"],
+            "sweep ops=hash0",
+        ),
+        (&["partition", "--widths", ","], "'--widths <WIDTHS>'"),
+        (&["partition", "--dists", ","], "'--dists <DISTS>'"),
+        (
+            &["hashtable", "--hit-rates", "500"],
+            "500 is not in 0..=100",
+        ),
+        (
+            &["codec", "--sweep", "columns=sorted,bogus"],
+            "sweep columns=bogus",
+        ),
+        (
+            &["join", "--sweep", "out-dir=a,b"],
+            "given once for the whole run",
+        ),
+        (
+            &["join", "--sweep", "name=a,b"],
+            "given once for the whole run",
+        ),
+        (&["join", "--key-bits", "16"], "[possible values: 32, 64]"),
+        (&["join", "--r", "x"], "\"x\" is not a size"),
+    ];
+    for (args, says) in cases {
+        let o = jb(&d, args);
+        fails(&o, says);
+        assert!(o.stdout.is_empty(), "{args:?} ran: {}", text(&o.stdout));
+    }
+    // A swept device that does not exist is found before the first run.
+    let o = Command::new(binary())
+        .args([
+            "join",
+            "--r",
+            "2^8",
+            "--sweep",
+            "device=cpu,tpu",
+            "--out-dir",
+        ])
+        .arg(&d)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("JOINKIT_DEVICE")
+        .output()
+        .unwrap();
+    fails(&o, "unknown device \"tpu\"");
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+}
+
+#[test]
+fn workloads_past_the_generators_and_the_joins_are_one_line_errors() {
+    let d = dir("bad_workloads");
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["join", "--r", "2^8", "--zipf", "NaN"],
+            "Zipf exponent NaN",
+        ),
+        (&["join", "--r", "2^8", "--zipf=-1"], "Zipf exponent -1"),
+        (
+            &["join", "--r", "2^33", "--s", "2^4"],
+            "limited to 2^32 - 1 rows",
+        ),
+        (
+            &["join", "--r", "2^62", "--key-bits", "64"],
+            "limited to 2^32 - 1 rows",
+        ),
+        (&["sequence", "--r", "2^33"], "limited to 2^32 - 1 rows"),
+        (&["join", "--r", "0"], "join benchmark sides need rows"),
+        (
+            &["join", "--tpch", "1e-9"],
+            "join benchmark sides need rows",
+        ),
+    ];
+    for (args, says) in cases {
+        fails(&jb(&d, args), says);
+    }
+}
+
+/// Runs a small join with its standard output `stdout`.
+fn join_into(d: &Path, stdout: Stdio) -> Child {
+    Command::new(binary())
+        .args(["--device", "cpu", "--out-dir"])
+        .arg(d)
+        .args([
+            "join",
+            "--r",
+            "2^8",
+            "--algorithm",
+            "SMJ-UM",
+            "--repeat",
+            "1",
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("JOINKIT_DEVICE")
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_or_full_stdout_still_writes_the_json_lines() {
+    // The reader is gone (`| head -1`): a quiet success, the files written.
+    let d = dir("closed_stdout");
+    let mut child = join_into(&d, Stdio::piped());
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    assert_eq!(json_rows(&d, "join").len(), 1);
+
+    #[cfg(target_os = "linux")]
+    {
+        let d = dir("full_stdout");
+        let full = File::create("/dev/full").unwrap();
+        fails(
+            &join_into(&d, full.into()).wait_with_output().unwrap(),
+            "standard output: No space left on device",
+        );
+        assert_eq!(json_rows(&d, "join").len(), 1);
+    }
+}
+
+#[test]
+fn swept_devices_lists_with_spaces_and_the_tour_with_its_own_sizes() {
+    let d = dir("sweep_kinds");
+    // A swept device: a column of the table, and the JSON keeps one "device", the description.
+    let o = Command::new(binary())
+        .args([
+            "join",
+            "--r",
+            "2^8",
+            "--algorithm",
+            "SMJ-UM",
+            "--repeat",
+            "1",
+        ])
+        .args(["--sweep", "device=cpu", "--out-dir"])
+        .arg(&d)
+        .env_remove("JOINKIT_DEVICE")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let line = std::fs::read_to_string(d.join("join.jsonl")).unwrap();
+    assert_eq!(line.matches("\"device\"").count(), 1, "{line}");
+    let rows = json_rows(&d, "join");
+    assert!(rows[0]["device"].as_str().unwrap().starts_with("CPU"));
+
+    let o = jb(
+        &d,
+        &[
+            "join",
+            "--r",
+            "2^8",
+            "--algorithm",
+            "SMJ-UM, PHJ-OM",
+            "--repeat",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let algorithms: Vec<String> = json_rows(&d, "join")
+        .iter()
+        .map(|r| r["algorithm"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(algorithms, ["SMJ-UM", "PHJ-OM"]);
+
+    // The tour (no subcommand) sweeps the user's sizes instead of its own.
+    let o = jb(&d, &["--sweep", "r=2^8", "--repeat", "1", "--warmup", "0"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = json_rows(&d, "join");
+    assert!(!rows.is_empty() && rows.iter().all(|r| r["r"] == 256));
 }

@@ -30,42 +30,61 @@ use crate::{
     Table,
 };
 
-/// Rows of one chunk of an output with no bytes per row (materialized, without payload
-/// columns).
-const ZERO_WIDTH_CHUNK_ROWS: u64 = u32::MAX as u64;
+/// Bytes of the two `u32` row ids a chunk retrieves per matched row before it gathers.
+const PAIR_ID_BYTES: u64 = 8;
+
+/// Bytes of one output row of [`crate::join_columns`] (and of its chunked join), as
+/// [`JoinOptions::memory_budget`] counts them: the widths of the left payload columns, plus for
+/// inner and left outer joins those of the right ones, plus for left outer joins 4 for the
+/// validity word.
+pub fn output_row_bytes<B: Backend>(
+    kind: JoinKind,
+    left: &[Column<B>],
+    right: &[Column<B>],
+) -> u64 {
+    let widths = |cols: &[Column<B>]| row_bytes(cols) as u64;
+    let right_bytes = match kind {
+        JoinKind::Inner => widths(right),
+        JoinKind::LeftOuter => widths(right) + 4,
+        JoinKind::LeftSemi | JoinKind::LeftAnti => 0,
+    };
+    widths(left) + right_bytes
+}
 
 /// An output's budget: the caller's limit, if any, and the bytes of one output row.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Budget {
     limit: Option<u64>,
     row_bytes: u64,
+    /// Bytes a row is counted as when a chunked join sizes its chunks: the output row, or for
+    /// materialized outputs at least the row ids each chunk retrieves before gathering (so
+    /// an output of few or no payload bytes does not come in chunks whose ids overrun the
+    /// budget).
+    chunk_row_bytes: u64,
 }
 
 impl Budget {
-    /// For row-id outputs: 4 bytes per id column.
+    /// For row-id outputs: 4 bytes per id column (the ids are the output).
     pub(crate) fn rows(opts: &JoinOptions) -> Self {
+        let row_bytes = if opts.kind.has_right_rows() { 8 } else { 4 };
         Self {
             limit: opts.memory_budget,
-            row_bytes: if opts.kind.has_right_rows() { 8 } else { 4 },
+            row_bytes,
+            chunk_row_bytes: row_bytes,
         }
     }
 
-    /// For materialized outputs: the payload widths the output carries, and the validity word
-    /// of a left outer join.
+    /// For materialized outputs: [`output_row_bytes`]; chunks sized by at least the row ids.
     pub(crate) fn columns<B: Backend>(
         opts: &JoinOptions,
         left: &[Column<B>],
         right: &[Column<B>],
     ) -> Self {
-        let widths = |cols: &[Column<B>]| row_bytes(cols) as u64;
-        let right_bytes = match opts.kind {
-            JoinKind::Inner => widths(right),
-            JoinKind::LeftOuter => widths(right) + 4,
-            JoinKind::LeftSemi | JoinKind::LeftAnti => 0,
-        };
+        let row_bytes = output_row_bytes(opts.kind, left, right);
         Self {
             limit: opts.memory_budget,
-            row_bytes: widths(left) + right_bytes,
+            row_bytes,
+            chunk_row_bytes: row_bytes.max(PAIR_ID_BYTES),
         }
     }
 
@@ -96,7 +115,8 @@ impl Budget {
         Ok(())
     }
 
-    /// Rows of a chunk: as many as the limit holds.
+    /// Rows of a chunk: as many as the limit holds, counted at `chunk_row_bytes` a row, and at
+    /// least one (a limit that holds one output row always makes progress).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] without a limit; [`Error::OutputOverBudget`] (of one row)
@@ -106,9 +126,7 @@ impl Budget {
             Error::InvalidArgument("a chunked join needs JoinOptions::memory_budget".into())
         })?;
         self.check(1)?;
-        Ok(budget
-            .checked_div(self.row_bytes)
-            .unwrap_or(ZERO_WIDTH_CHUNK_ROWS))
+        Ok((budget / self.chunk_row_bytes).max(1))
     }
 }
 
@@ -155,8 +173,10 @@ pub struct ColumnChunks<'a, B: JoinBackend, K: Key> {
 /// gathers one piece. Left outer chunks carry `right_valid`; their unmatched rows come last.
 ///
 /// `opts.algorithm` is [`Algorithm::NphjOpen`] (also what [`Algorithm::Auto`] runs) or
-/// [`Algorithm::NphjChained`]. An output of no bytes a row (no payload columns, not left
-/// outer) comes in chunks of up to `2^32 - 1` rows, whatever the budget.
+/// [`Algorithm::NphjChained`]. Chunks are sized as if a row took at least 8 bytes, the two
+/// `u32` row ids a chunk retrieves before it gathers: an output of fewer bytes a row (no
+/// payload columns, or one narrow column of a semi or anti join) comes in chunks of at most
+/// `budget / 8` rows (one at least).
 ///
 /// ```
 /// use joinkit::{Column, JoinKind, JoinOptions, Table, join_columns_chunked};
@@ -179,7 +199,8 @@ pub struct ColumnChunks<'a, B: JoinBackend, K: Key> {
 /// # Errors
 /// [`Error::InvalidArgument`] without a memory budget or for another algorithm;
 /// [`Error::OutputOverBudget`] (of one row) when the budget does not hold a single output row;
-/// [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or more; [`Error::DuplicateKey`] when
+/// [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or more; [`Error::LengthMismatch`]
+/// for a payload column of another length than its table's keys; [`Error::DuplicateKey`] when
 /// `right_unique` was promised and broken; allocation, driver and primitive errors. Each chunk
 /// can fail with allocation and driver errors.
 pub fn join_columns_chunked<'a, B: JoinBackend, K: Key>(
@@ -188,6 +209,8 @@ pub fn join_columns_chunked<'a, B: JoinBackend, K: Key>(
     right: &'a Table<B, K>,
     opts: &JoinOptions,
 ) -> Result<ColumnChunks<'a, B, K>> {
+    left.check()?;
+    right.check()?;
     let budget = Budget::columns(opts, &left.payloads, &right.payloads);
     Ok(ColumnChunks {
         rows: RowChunks::start(b, &left.keys, &right.keys, opts, budget)?,

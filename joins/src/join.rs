@@ -54,10 +54,21 @@ impl<B: Backend, K: Key> Table<B, K> {
     /// # Errors
     /// [`Error::LengthMismatch`] naming the first payload of another length.
     pub fn new(keys: B::Buf<K>, payloads: Vec<Column<B>>) -> Result<Self> {
-        for p in &payloads {
-            Error::check_len("table keys vs payload", keys.len(), p.len())?;
+        let table = Self { keys, payloads };
+        table.check()?;
+        Ok(table)
+    }
+
+    /// Checks that every payload has one value per key: the fields are public, so the joins
+    /// check again what [`Table::new`] checked before gathering unchecked by row id.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] naming the first payload of another length.
+    pub(crate) fn check(&self) -> Result<()> {
+        for p in &self.payloads {
+            Error::check_len("table keys vs payload", self.keys.len(), p.len())?;
         }
-        Ok(Self { keys, payloads })
+        Ok(())
     }
 
     /// Rows.
@@ -140,8 +151,13 @@ impl<'b, B: Backend> Phases<'b, B> {
     }
 }
 
-/// Row ids are `u32` with [`NULL_ROW`] reserved: sides are limited to `u32::MAX - 1` rows.
-pub(crate) fn check_rows(n: usize) -> Result<()> {
+/// Checks the rows of a join side (or of a sequence's fact or dimension table), as every join
+/// does first: row ids are `u32` with [`NULL_ROW`] reserved, so sides are limited to
+/// `u32::MAX - 1` rows. Public so that a caller generating inputs can check their sizes first.
+///
+/// # Errors
+/// [`Error::SizeOverflow`] for `2^32 - 1` rows or more.
+pub fn check_rows(n: usize) -> Result<()> {
     if n as u64 >= u64::from(NULL_ROW) {
         return Err(Error::SizeOverflow(
             "join sides are limited to 2^32 - 1 rows (u32 row ids)",
@@ -530,7 +546,8 @@ pub(crate) fn gather_columns<B: JoinBackend>(
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
-/// pieces).
+/// pieces); [`Error::LengthMismatch`] for a payload column of another length than its table's
+/// keys.
 pub fn join_columns<B: JoinBackend, K: Key>(
     b: &B,
     left: &Table<B, K>,
@@ -538,6 +555,8 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     opts: &JoinOptions,
 ) -> Result<(Materialized<B>, JoinStats)> {
     b.reset_peak_memory();
+    left.check()?;
+    right.check()?;
     check_rows(left.len())?;
     check_rows(right.len())?;
     let mut ph = Phases::new(b);

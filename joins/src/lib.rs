@@ -56,13 +56,15 @@ mod spec;
 mod stats;
 
 pub use choose::{ChoiceParams, JoinInputStats, SAMPLE_ROWS, choose, sample_stats};
-pub use chunk::{ColumnChunks, RowChunks, join_columns_chunked, join_rows_chunked};
+pub use chunk::{
+    ColumnChunks, RowChunks, join_columns_chunked, join_rows_chunked, output_row_bytes,
+};
 pub use copart::{
     CPU_BUILD_CAPACITY, CPU_PROBE_CHUNK, CoJoined, CoPartitionJoin, CoSide, CoWant,
     MAX_BUILD_CAPACITY, MIX_SEED, Pieces, set_cpu_phj_limits,
 };
 pub use flags::MatchFlags;
-pub use join::{JoinBackend, Materialized, RowPairs, Table, join_columns, join_rows};
+pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use sequence::{
     ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,

@@ -327,9 +327,7 @@ fn check<'c, B: Backend, K: ColumnKey>(
     }
     for d in dims {
         check_rows(d.table.len())?;
-        for p in &d.table.payloads {
-            Error::check_len("table keys vs payload", d.table.len(), p.len())?;
-        }
+        d.table.check()?;
     }
     dims.iter()
         .map(|d| {

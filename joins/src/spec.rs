@@ -83,8 +83,10 @@ impl Algorithm {
         }
     }
 
-    /// Parses a name as written by [`Algorithm::name`] (case-insensitive).
+    /// Parses a name as written by [`Algorithm::name`] (case-insensitive, surrounding spaces
+    /// ignored, as in a list typed `SMJ-UM, PHJ-OM`).
     pub fn from_name(name: &str) -> Option<Algorithm> {
+        let name = name.trim();
         Algorithm::CONCRETE
             .into_iter()
             .chain([Algorithm::Auto])

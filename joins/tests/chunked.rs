@@ -468,31 +468,46 @@ fn bad_input<B: JoinBackend>(b: &B) {
             .count(),
         0
     );
-    // Rows of no bytes (no payload columns): one chunk, whatever the budget.
+    // Rows of no payload bytes are sized by the two u32 row ids a chunk retrieves (8 bytes; a
+    // left outer row's 4-byte validity word is under that): a 16-byte budget gives chunks of
+    // 2 rows, a budget under 8 bytes (which holds an output row of none) chunks of 1.
     let bare = |keys: &[u32]| Table::<B, u32>::new(b.upload(keys).unwrap(), Vec::new()).unwrap();
     let (lt, rt) = (bare(&[1, 2, 3, 2]), bare(&[2, 9, 2]));
     for kind in JoinKind::ALL {
-        let o = JoinOptions::new(kind).memory_budget(0);
-        let opts = if kind == JoinKind::LeftOuter {
-            o.memory_budget(4)
-        } else {
-            o
-        };
-        let sizes: Vec<(u64, usize, usize)> = join_columns_chunked(b, &lt, &rt, &opts)
-            .unwrap()
+        let mut chunks =
+            join_columns_chunked(b, &lt, &rt, &JoinOptions::new(kind).memory_budget(16)).unwrap();
+        assert_eq!(chunks.chunk_rows(), 2, "{kind:?}");
+        let sizes: Vec<(u64, usize, usize)> = chunks
+            .by_ref()
             .map(|c| {
                 let c = c.unwrap();
                 (c.rows, c.left.len(), c.right.len())
             })
             .collect();
-        let want = join_pairs(&[1u32, 2, 3, 2], &[2, 9, 2], kind).len() as u64;
-        let want = match kind {
-            // 4 bytes of validity a row: one row a chunk.
-            JoinKind::LeftOuter => vec![(1, 0, 0); want as usize],
-            _ => vec![(want, 0, 0)],
-        };
-        assert_eq!(sizes, want, "{kind:?}");
+        // Every kind's matched and unmatched rows come in even numbers here.
+        let want = join_pairs(&[1u32, 2, 3, 2], &[2, 9, 2], kind).len();
+        assert_eq!(sizes, vec![(2, 0, 0); want / 2], "{kind:?}");
     }
+    let tiny = JoinOptions::new(JoinKind::Inner).memory_budget(0);
+    let chunks = join_columns_chunked(b, &lt, &rt, &tiny).unwrap();
+    assert_eq!((chunks.chunk_rows(), chunks.count()), (1, 4));
+    // A table put together from its public fields with a short payload: refused by both joins
+    // (as Table::new refuses it), not gathered unchecked.
+    let short = Table::<B, u32> {
+        keys: b.upload(&[1u32, 2]).unwrap(),
+        payloads: vec![Column::U32(b.upload(&[1u32]).unwrap())],
+    };
+    let whole = table(b, &[2u32], 20);
+    let mismatch = Some(Error::LengthMismatch {
+        what: "table keys vs payload",
+        left: 2,
+        right: 1,
+    });
+    assert_eq!(join_columns(b, &short, &whole, &inner).err(), mismatch);
+    assert_eq!(
+        join_columns_chunked(b, &whole, &short, &inner.memory_budget(64)).err(),
+        mismatch
+    );
     // An over-budget join_columns is refused before anything is gathered, also with columns.
     let cols = join_columns(
         b,
@@ -526,10 +541,10 @@ fn large_chunked_joins_match_the_unchunked_join() {
     };
     // Right: 2^19 distinct keys, each twice, and one hot key 300 times; left: foreign keys over
     // them (0.75 matching) and the hot key every 4096th row.
-    let distinct: Vec<u32> = joinkit_datagen::unique_keys(1 << 19, 21);
+    let distinct: Vec<u32> = joinkit_datagen::unique_keys(1 << 19, 21).unwrap();
     let mut r: Vec<u32> = distinct.iter().chain(&distinct).copied().collect();
     r.extend([distinct[0]; 300]);
-    let mut l: Vec<u32> = joinkit_datagen::foreign_keys(1 << 19, 1 << 22, 0.75, 22);
+    let mut l: Vec<u32> = joinkit_datagen::foreign_keys(1 << 19, 1 << 22, 0.75, 22).unwrap();
     for k in l.iter_mut().step_by(4096) {
         *k = distinct[0];
     }

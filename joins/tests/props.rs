@@ -284,8 +284,8 @@ fn large_narrow_u64_join_matches_the_cpu() {
     let Some(g) = gpu("large_narrow_u64_join_matches_the_cpu") else {
         return;
     };
-    let r: Vec<u64> = joinkit_datagen::unique_keys(1 << 21, 3);
-    let s: Vec<u64> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.9, 4);
+    let r: Vec<u64> = joinkit_datagen::unique_keys(1 << 21, 3).unwrap();
+    let s: Vec<u64> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.9, 4).unwrap();
     let opts = JoinOptions::new(JoinKind::Inner)
         .algorithm(Algorithm::PhjOm)
         .right_unique(true);
@@ -300,8 +300,8 @@ fn large_pk_fk_join_matches_the_cpu() {
     let Some(g) = gpu("large_pk_fk_join_matches_the_cpu") else {
         return;
     };
-    let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 22, 1);
-    let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 22, 1 << 23, 0.8, 2);
+    let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 22, 1).unwrap();
+    let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 22, 1 << 23, 0.8, 2).unwrap();
     for algorithm in Algorithm::CONCRETE {
         let opts = JoinOptions::new(JoinKind::Inner)
             .algorithm(algorithm)
@@ -334,12 +334,12 @@ fn skewed<K: Key>(g: &joinkit_cuda::CudaBackend) {
         .map(K::from_u64)
         .to_vec();
     let copies = 2 * g.build_capacity::<K>() + 904;
-    let r_unique: Vec<K> = joinkit_datagen::unique_keys(n, 11);
+    let r_unique: Vec<K> = joinkit_datagen::unique_keys(n, 11).unwrap();
     let mut r_hot = r_unique.clone();
     for (i, k) in r_hot.iter_mut().enumerate().take(hot.len() * copies) {
         *k = hot[i % hot.len()];
     }
-    let mut s: Vec<K> = joinkit_datagen::zipf_foreign_keys(n, n, 1.0, 12);
+    let mut s: Vec<K> = joinkit_datagen::zipf_foreign_keys(n, n, 1.0, 12).unwrap();
     for (i, k) in s.iter_mut().enumerate().step_by(4096) {
         *k = hot[(i / 4096) % hot.len()];
     }

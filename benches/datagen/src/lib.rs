@@ -9,22 +9,27 @@
 //! - [`payload`]: a payload column derived from a key column (so join outputs can be checked);
 //! - [`tpch`]: key columns of TPC-H's `orders` and `lineitem` from the `tpchgen` crate.
 //!
+//! Bad arguments (keys that do not fit the key type, a match ratio outside `[0, 1]`, a Zipf
+//! exponent that is negative or not finite) and columns the host cannot allocate are errors,
+//! not panics: the sizes often come straight from a command line.
+//!
 //! Shuffles use a keyed Feistel permutation with cycle walking instead of a sequential
 //! Fisher-Yates shuffle, so element `i` is computed on its own: generation is parallel and a
 //! GPU kernel could produce the same column.
 //!
 //! ```
-//! let r: Vec<u32> = joinkit_datagen::unique_keys(1000, 7);
-//! let s: Vec<u32> = joinkit_datagen::foreign_keys(1000, 4000, 0.5, 8);
+//! let r: Vec<u32> = joinkit_datagen::unique_keys(1000, 7)?;
+//! let s: Vec<u32> = joinkit_datagen::foreign_keys(1000, 4000, 0.5, 8)?;
 //! assert_eq!(r.len(), 1000);
 //! let hits = s.iter().filter(|&&k| k < 1000).count();
 //! assert!((1700..2300).contains(&hits));
+//! # Ok::<(), joinkit_cuda::Error>(())
 //! ```
 
 pub mod tpch;
 
 use joinkit_cuda::hash::hash64;
-use joinkit_cuda::{Element, Key};
+use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key, Result};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Zipf};
 use rayon::prelude::*;
@@ -74,54 +79,76 @@ impl Permutation {
     }
 }
 
-fn generate<T: Send>(
+/// A zeroed column of `n` elements, allocated as [`CpuBackend::alloc`] does: memory the host
+/// cannot give is an error, not an abort.
+fn zeroed<T: Element>(n: usize) -> Result<Vec<T>> {
+    CpuBackend::new().alloc(n)
+}
+
+/// A column of `n` elements, element `i` from `f(rng, i)`, each chunk of [`CHUNK`] elements
+/// with its own generator seeded from `seed`.
+fn generate<T: Element>(
     n: usize,
     seed: u64,
     f: impl Fn(&mut StdRng, usize) -> T + Sync + Send,
-) -> Vec<T> {
-    (0..n.div_ceil(CHUNK))
-        .into_par_iter()
-        .flat_map_iter(|c| {
+) -> Result<Vec<T>> {
+    let mut out = zeroed(n)?;
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
             let mut rng = StdRng::seed_from_u64(hash64(c as u64, seed));
-            let start = c * CHUNK;
-            let end = (start + CHUNK).min(n);
-            (start..end).map(|i| f(&mut rng, i)).collect::<Vec<_>>()
-        })
-        .collect()
+            for (j, x) in chunk.iter_mut().enumerate() {
+                *x = f(&mut rng, c * CHUNK + j);
+            }
+        });
+    Ok(out)
 }
 
 /// The keys `0..n` in a pseudo-random order chosen by `seed` (a primary-key column).
 ///
-/// # Panics
-/// If `n - 1` does not fit `K`.
-pub fn unique_keys<K: Key>(n: usize, seed: u64) -> Vec<K> {
-    assert!(
-        n == 0 || (n as u64 - 1) <= K::MAX.to_u64(),
-        "{n} keys do not fit the key type"
-    );
+/// # Errors
+/// [`Error::InvalidArgument`] if `n - 1` does not fit `K`; [`Error::SizeOverflow`] when the
+/// host cannot allocate the column.
+pub fn unique_keys<K: Key>(n: usize, seed: u64) -> Result<Vec<K>> {
+    if n > 0 && (n as u64 - 1) > K::MAX.to_u64() {
+        return Err(Error::InvalidArgument(format!(
+            "{n} unique keys do not fit {}-bit keys",
+            K::BITS
+        )));
+    }
     let p = Permutation::new(n as u64, seed);
-    (0..n as u64)
-        .into_par_iter()
-        .map(|i| K::from_u64(p.permute(i)))
-        .collect()
+    let mut keys = zeroed(n)?;
+    keys.par_iter_mut()
+        .enumerate()
+        .for_each(|(i, k)| *k = K::from_u64(p.permute(i as u64)));
+    Ok(keys)
 }
 
 /// `n_probe` keys against a build side holding the keys `0..n_build`: each key hits the build
 /// side with probability `match_ratio` (a uniformly chosen build key) and otherwise is a key
 /// `>= n_build` that matches nothing.
 ///
-/// # Panics
-/// If `match_ratio` is outside `[0, 1]` or `n_build` does not fit `K` with room for misses.
-pub fn foreign_keys<K: Key>(n_build: usize, n_probe: usize, match_ratio: f64, seed: u64) -> Vec<K> {
-    assert!(
-        (0.0..=1.0).contains(&match_ratio),
-        "match ratio {match_ratio} outside [0, 1]"
-    );
+/// # Errors
+/// [`Error::InvalidArgument`] if `match_ratio` is outside `[0, 1]` or `n_build` does not fit
+/// `K` with room for misses; [`Error::SizeOverflow`] when the host cannot allocate the column.
+pub fn foreign_keys<K: Key>(
+    n_build: usize,
+    n_probe: usize,
+    match_ratio: f64,
+    seed: u64,
+) -> Result<Vec<K>> {
+    if !(0.0..=1.0).contains(&match_ratio) {
+        return Err(Error::InvalidArgument(format!(
+            "match ratio {match_ratio} outside [0, 1]"
+        )));
+    }
     let nb = n_build as u64;
-    assert!(
-        nb < K::MAX.to_u64(),
-        "{n_build} build keys leave no key for misses"
-    );
+    if nb >= K::MAX.to_u64() {
+        return Err(Error::InvalidArgument(format!(
+            "{n_build} build keys leave no {}-bit key for misses",
+            K::BITS
+        )));
+    }
     let misses = K::MAX.to_u64() - nb + 1;
     generate(n_probe, seed, |rng, _| {
         if nb > 0 && rng.random::<f64>() < match_ratio {
@@ -136,10 +163,25 @@ pub fn foreign_keys<K: Key>(n_build: usize, n_probe: usize, match_ratio: f64, se
 /// (0 = uniform; 1 and above = heavily skewed). Which key is the most frequent is chosen by
 /// `seed` through a permutation, so skew is not tied to small key values.
 ///
-/// # Panics
-/// If `theta` is negative or `n_build` is 0.
-pub fn zipf_foreign_keys<K: Key>(n_build: usize, n_probe: usize, theta: f64, seed: u64) -> Vec<K> {
-    let zipf = Zipf::new(n_build as f64, theta).expect("theta >= 0 and a non-empty build side");
+/// # Errors
+/// [`Error::InvalidArgument`] if `theta` is negative or not finite; [`Error::EmptyInput`] if
+/// `n_build` is 0; [`Error::SizeOverflow`] when the host cannot allocate the column.
+pub fn zipf_foreign_keys<K: Key>(
+    n_build: usize,
+    n_probe: usize,
+    theta: f64,
+    seed: u64,
+) -> Result<Vec<K>> {
+    if n_build == 0 {
+        return Err(Error::EmptyInput("Zipf keys need a build side"));
+    }
+    // Zipf::new refuses negative and NaN exponents; an infinite one would never sample.
+    let zipf = Some(theta)
+        .filter(|t| t.is_finite())
+        .and_then(|t| Zipf::new(n_build as f64, t).ok())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!("Zipf exponent {theta}: use a finite value >= 0"))
+        })?;
     let rank_to_key = Permutation::new(n_build as u64, seed ^ 0x5eed);
     generate(n_probe, seed, |rng, _| {
         let rank = (zipf.sample(rng) as u64).clamp(1, n_build as u64) - 1;
@@ -149,10 +191,15 @@ pub fn zipf_foreign_keys<K: Key>(n_build: usize, n_probe: usize, theta: f64, see
 
 /// A payload column for `keys`: element `i` is a hash of the key and `column`, so the join
 /// output's payloads can be checked against its keys and different columns differ.
-pub fn payload<K: Key, T: Element>(keys: &[K], column: u64) -> Vec<T> {
-    keys.par_iter()
-        .map(|k| T::from_bits(hash64(k.to_u64(), column)))
-        .collect()
+///
+/// # Errors
+/// [`Error::SizeOverflow`] when the host cannot allocate the column.
+pub fn payload<K: Key, T: Element>(keys: &[K], column: u64) -> Result<Vec<T>> {
+    let mut out = zeroed(keys.len())?;
+    out.par_iter_mut()
+        .zip(keys)
+        .for_each(|(p, k)| *p = T::from_bits(hash64(k.to_u64(), column)));
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -174,9 +221,9 @@ mod tests {
 
     #[test]
     fn unique_keys_are_shuffled_and_reproducible() {
-        let a: Vec<u64> = unique_keys(100_000, 1);
-        assert_eq!(a, unique_keys::<u64>(100_000, 1));
-        assert_ne!(a, unique_keys::<u64>(100_000, 2));
+        let a: Vec<u64> = unique_keys(100_000, 1).unwrap();
+        assert_eq!(a, unique_keys::<u64>(100_000, 1).unwrap());
+        assert_ne!(a, unique_keys::<u64>(100_000, 2).unwrap());
         let mut s = a.clone();
         s.sort_unstable();
         assert!(s.iter().enumerate().all(|(i, &k)| k == i as u64));
@@ -187,13 +234,13 @@ mod tests {
                 .count()
                 < 100
         );
-        assert!(unique_keys::<u32>(0, 1).is_empty());
+        assert!(unique_keys::<u32>(0, 1).unwrap().is_empty());
     }
 
     #[test]
     fn foreign_keys_hit_at_the_match_ratio() {
         for ratio in [0.0, 0.25, 1.0] {
-            let s: Vec<u32> = foreign_keys(5000, 200_000, ratio, 9);
+            let s: Vec<u32> = foreign_keys(5000, 200_000, ratio, 9).unwrap();
             let hits = s.iter().filter(|&&k| k < 5000).count() as f64 / 200_000.0;
             assert!(
                 (hits - ratio).abs() < 0.01,
@@ -201,31 +248,51 @@ mod tests {
             );
         }
         assert_eq!(
-            foreign_keys::<u64>(10, 1000, 0.5, 4),
-            foreign_keys::<u64>(10, 1000, 0.5, 4)
+            foreign_keys::<u64>(10, 1000, 0.5, 4).unwrap(),
+            foreign_keys::<u64>(10, 1000, 0.5, 4).unwrap()
         );
     }
 
     #[test]
     fn zipf_skews() {
-        let s: Vec<u32> = zipf_foreign_keys(10_000, 100_000, 1.5, 2);
+        let s: Vec<u32> = zipf_foreign_keys(10_000, 100_000, 1.5, 2).unwrap();
         assert!(s.iter().all(|&k| k < 10_000));
         let mut counts = vec![0u32; 10_000];
         s.iter().for_each(|&k| counts[k as usize] += 1);
         let top = *counts.iter().max().unwrap() as f64 / 100_000.0;
         assert!(top > 0.3, "Zipf 1.5's top key holds {top}");
-        let uniform: Vec<u32> = zipf_foreign_keys(10_000, 100_000, 0.0, 2);
+        let uniform: Vec<u32> = zipf_foreign_keys(10_000, 100_000, 0.0, 2).unwrap();
         let mut counts = vec![0u32; 10_000];
         uniform.iter().for_each(|&k| counts[k as usize] += 1);
         assert!(*counts.iter().max().unwrap() < 40);
     }
 
     #[test]
+    fn bad_arguments_are_errors() {
+        let invalid = |r: Result<Vec<u32>>| matches!(r, Err(Error::InvalidArgument(_)));
+        assert!(invalid(unique_keys(1 << 33, 1)));
+        assert!(invalid(foreign_keys(u32::MAX as usize, 4, 1.0, 1)));
+        assert!(invalid(foreign_keys(4, 4, 1.5, 1)));
+        for theta in [f64::NAN, -1.0, f64::INFINITY] {
+            assert!(invalid(zipf_foreign_keys(4, 4, theta, 1)), "{theta}");
+        }
+        assert!(matches!(
+            zipf_foreign_keys::<u32>(0, 4, 1.0, 1),
+            Err(Error::EmptyInput(_))
+        ));
+        // More than any host holds: an error, not an abort.
+        assert!(matches!(
+            unique_keys::<u64>(1 << 62, 1),
+            Err(Error::SizeOverflow(_))
+        ));
+    }
+
+    #[test]
     fn payloads_follow_keys() {
         let k: Vec<u32> = vec![3, 3, 9];
-        let p: Vec<u64> = payload(&k, 1);
+        let p: Vec<u64> = payload(&k, 1).unwrap();
         assert_eq!(p[0], p[1]);
         assert_ne!(p[0], p[2]);
-        assert_ne!(p, payload::<u32, u64>(&k, 2));
+        assert_ne!(p, payload::<u32, u64>(&k, 2).unwrap());
     }
 }
