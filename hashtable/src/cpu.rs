@@ -652,9 +652,7 @@ impl HashTables for CpuBackend {
 
 /// A vector of `len` copies of `value`, with allocation failure as an error.
 pub(crate) fn try_filled<T: Copy>(len: usize, value: T) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+    let mut v = joinkit_cuda::try_reserved(len)?;
     v.resize(len, value);
     Ok(v)
 }

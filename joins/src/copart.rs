@@ -831,9 +831,7 @@ fn spilled_column<T: IdWord, P, Q>(
 where
     Part<P, Q>: Sync,
 {
-    let mut out = Vec::new();
-    out.try_reserve_exact(n)
-        .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
+    let mut out = joinkit_cuda::try_reserved(n)?;
     out.resize(n, T::default());
     let mut rest: &mut [T] = &mut out;
     let mut pieces = Vec::with_capacity(parts.len());

@@ -178,12 +178,10 @@ fn row_id_buffer(row_ids: RowIds, n: usize) -> Result<Option<Column<CpuBackend>>
 /// huge pages (2 MiB) first, which makes first touches of a fresh buffer (the page faults that
 /// dominate a scatter into new memory) and the scatter's TLB misses far cheaper. Fallible as
 /// `CpuBackend::alloc` is (which zeroes too early for the advice to help): memory the host
-/// cannot give is an error, not an abort.
+/// cannot give is an error, not an abort (`joinkit_cuda::try_reserved`).
 fn output<T: Element>(n: usize) -> Result<Vec<T>> {
     let bytes = Error::bytes_of::<T>(n)?;
-    let mut v: Vec<T> = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+    let mut v: Vec<T> = joinkit_cuda::try_reserved(n)?;
     advise_huge_pages(v.as_mut_ptr().cast(), bytes);
     v.resize(n, T::default());
     Ok(v)

@@ -10,6 +10,19 @@ use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
 /// Below this many elements, host loops stay on one thread: splitting costs more than it saves.
 pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 
+/// An empty vector with room for `len` elements, or [`Error::SizeOverflow`] where the host
+/// cannot give the memory (a `Vec` would abort the process). Every fallible host allocation goes
+/// through here; callers fill it (after, for instance, asking for huge pages first).
+///
+/// # Errors
+/// [`Error::SizeOverflow`] when `len` elements overflow `usize` bytes or cannot be allocated.
+pub fn try_reserved<T>(len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+    Ok(v)
+}
+
 /// The CPU (rayon) backend.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuBackend;
@@ -34,9 +47,7 @@ impl Backend for CpuBackend {
 
     fn alloc<T: Element>(&self, len: usize) -> Result<Vec<T>> {
         Error::bytes_of::<T>(len)?;
-        let mut v = Vec::new();
-        v.try_reserve_exact(len)
-            .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+        let mut v = try_reserved(len)?;
         v.resize(len, T::default());
         Ok(v)
     }

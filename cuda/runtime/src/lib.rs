@@ -39,7 +39,7 @@ pub mod testing;
 
 pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
 pub use column::Column;
-pub use cpu::{CpuBackend, PARALLEL_THRESHOLD};
+pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, try_reserved};
 #[cfg(feature = "cuda")]
 pub use cuda::{
     CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, Scratch, cudarc, device_count, driver,
