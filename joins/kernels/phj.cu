@@ -63,8 +63,10 @@ struct CoParams {
   uint64_t counts;        // uint64_t*: count pass writes n_items; write pass reads their scan
   uint64_t flags;         // uint32_t* or 0 (count pass, one-pass join)
   uint64_t flags_len;
-  uint64_t out_probe;     // PW* (write pass, one-pass join)
-  uint64_t out_build;     // BW* (write pass, one-pass join)
+  uint64_t out_probe;     // PW* (write pass, one-pass join); uint32_t* when out_probe_hi
+  uint64_t out_build;     // BW*; uint32_t* when out_build_hi
+  uint64_t out_probe_hi;  // uint32_t* or 0: 8-byte probe words split in two (see store_id)
+  uint64_t out_build_hi;  // uint32_t* or 0
   uint64_t status;        // uint32_t*: kStatus* bits
   uint64_t out_cursor;    // unsigned long long*, zeroed (one-pass join: output rows reserved)
   uint64_t item_cursor;   // unsigned long long*, zeroed (one-pass join: runs of items taken)
@@ -173,6 +175,21 @@ __device__ __forceinline__ W side_id(const W* ids, uint64_t row) {
   return ids != nullptr ? ids[row] : static_cast<W>(row);
 }
 
+// Writes a side's id word `w` to output row `o`: whole to `out`, or, with `hi` (an 8-byte word
+// that packs two 4-byte payload columns, low half first), its halves to `out` and `hi`, so a
+// wide join's pair of payloads lands in its two output columns with no pass after the match.
+template <typename W>
+__device__ __forceinline__ void store_id(uint64_t out, uint64_t hi, uint64_t o, W w) {
+  if constexpr (sizeof(W) == 8) {
+    if (hi != 0) {
+      ptr<uint32_t>(out)[o] = static_cast<uint32_t>(w);
+      ptr<uint32_t>(hi)[o] = static_cast<uint32_t>(w >> 32);
+      return;
+    }
+  }
+  ptr<W>(out)[o] = w;
+}
+
 // Marks probe id `id` matched in `flags` (the caller checks that the pass has flags).
 __device__ __forceinline__ void mark_probe(const CoParams& p, uint64_t id) {
   if (id < p.flags_len)
@@ -271,8 +288,6 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
                                             uint64_t base, uint32_t* scan) {
   const PW* probe_ids = ptr<const PW>(p.probe_ids);
   const BW* build_ids = ptr<const BW>(p.build_ids);
-  PW* out_probe = ptr<PW>(p.out_probe);
-  BW* out_build = ptr<BW>(p.out_build);
   const K* pk = ptr<const K>(p.probe_keys) + it.probe_begin;
   const uint32_t rows = it.probe_len;
   for (uint32_t first = 0; first < rows; first += blockDim.x) {
@@ -286,8 +301,8 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
       uint64_t o = base + at;
       uint32_t b = head;
       for (uint32_t i = 0; i < c; ++i, ++o) {
-        out_probe[o] = pid;
-        out_build[o] = side_id(build_ids, it.build_begin + b);
+        store_id(p.out_probe, p.out_probe_hi, o, pid);
+        store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, it.build_begin + b));
         b = t.next[b];
       }
     }
@@ -433,8 +448,8 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
     if (round->writes) {
       const uint64_t o = round->base + round->hits[j][warp] + __popc(b & below);
       const uint64_t brow = it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu);
-      ptr<PW>(p.out_probe)[o] = pid;
-      ptr<BW>(p.out_build)[o] = side_id(build_ids, brow);
+      store_id(p.out_probe, p.out_probe_hi, o, pid);
+      store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, brow));
     }
   }
   __syncthreads();  // the next round reuses `round`

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result, hash};
 use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
+use joinkit_primitives::Interleave;
 use rayon::prelude::*;
 
 /// Seed of the key mix ([`CoPartitionJoin::mix_keys`]); the same on every backend.
@@ -65,6 +66,11 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     /// narrow join's payload column: `Column::U32` or `Column::U64`), or the row (its position
     /// in `keys`, a u32) when `None`.
     pub ids: Option<&'a Column<B>>,
+    /// `ids` are `Column::U64` words that each pack two 4-byte payloads (low half first, as
+    /// `joinkit_primitives::Interleave` makes them): the output names the side by two
+    /// `Column::U32` columns, the low halves and the high halves (a wide join's pair of
+    /// payload columns, written by the match with no pass after it).
+    pub split_words: bool,
 }
 
 /// What a co-partition join produces.
@@ -83,11 +89,15 @@ pub struct CoWant {
     pub unique_build: bool,
 }
 
+/// (probe, build) output columns of a co-partition join's pairs.
+pub type PairColumns<B> = (Vec<Column<B>>, Vec<Column<B>>);
+
 /// The result of a co-partition join.
 pub struct CoJoined<B: Backend> {
-    /// (probe ids, build ids) of every match, grouped by work item (compare as multisets); each
-    /// column of its side's ids' type (`Column::U32` for rows).
-    pub pairs: Option<(Column<B>, Column<B>)>,
+    /// (probe, build) output columns of every match, grouped by work item (compare as
+    /// multisets): a side's ids, one column of their type (`Column::U32` for rows), or with
+    /// [`CoSide::split_words`] their two halves.
+    pub pairs: Option<PairColumns<B>>,
     /// Probe match flags, when asked for.
     pub flags: Option<B::Buf<u32>>,
     /// Number of matching pairs (counted even when the pairs are not asked for).
@@ -184,6 +194,13 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
             "build pieces of {} rows: this backend's tables hold {cap}",
             build.pieces.max_len
         )));
+    }
+    for side in [probe, build] {
+        if side.split_words && !matches!(side.ids, Some(Column::U64(_))) {
+            return Err(Error::InvalidArgument(
+                "co-partition ids split in halves must be u64 words".into(),
+            ));
+        }
     }
     for (ids, keys) in [(probe.ids, probe.keys.len()), (build.ids, build.keys.len())] {
         let Some(ids) = ids else { continue };
@@ -623,13 +640,37 @@ impl CoPartitionJoin for CpuBackend {
                 build_ids,
             };
             let m = cpu_match::<K, P, Q>(&sides, &items, want)?;
+            let pairs = m
+                .pairs
+                .map(|(p, b)| {
+                    Ok::<_, Error>((
+                        side_columns(self, P::column(p), probe.split_words)?,
+                        side_columns(self, Q::column(b), build.split_words)?,
+                    ))
+                })
+                .transpose()?;
             Ok(CoJoined {
-                pairs: m.pairs.map(|(p, b)| (P::column(p), Q::column(b))),
+                pairs,
                 flags: m.flags,
                 total: m.total,
             })
         }))
     }
+}
+
+/// A side's output columns from the words the CPU match wrote: the words, or their halves.
+fn side_columns(
+    b: &CpuBackend,
+    words: Column<CpuBackend>,
+    split: bool,
+) -> Result<Vec<Column<CpuBackend>>> {
+    Ok(match (words, split) {
+        (Column::U64(w), true) => {
+            let (lo, hi) = b.deinterleave(&w)?;
+            vec![Column::U32(lo), Column::U32(hi)]
+        }
+        (words, _) => vec![words],
+    })
 }
 
 /// The CPU match's view of both sides: keys, pieces and the words it writes for their rows.

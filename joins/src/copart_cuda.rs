@@ -80,6 +80,8 @@ struct CoParams {
     flags_len: u64,
     out_probe: u64,
     out_build: u64,
+    out_probe_hi: u64,
+    out_build_hi: u64,
     status: u64,
     out_cursor: u64,
     item_cursor: u64,
@@ -88,7 +90,7 @@ struct CoParams {
     unique_build: u32,
 }
 
-// SAFETY: a repr(C) struct of integers without padding (22 x 8 + 2 x 4 bytes), laid out as
+// SAFETY: a repr(C) struct of integers without padding (24 x 8 + 2 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
 
@@ -163,16 +165,29 @@ fn column_ptr(c: &Column<CudaBackend>) -> u64 {
     each_column!(c, b => b.device_ptr())
 }
 
-/// An output column of `rows` words of a side's ids: their type (`u32` for rows).
-fn id_column(
+/// A side's output columns of `rows` rows: one of its ids' type (`u32` for rows), or with
+/// `split_words` two `u32` columns for the halves of its words.
+fn side_outputs<K: Key>(
     b: &CudaBackend,
-    ids: Option<&Column<CudaBackend>>,
+    side: &CoSide<'_, CudaBackend, K>,
     rows: usize,
-) -> Result<Column<CudaBackend>> {
-    Ok(match ids {
-        Some(c) => map_column!(c, _c, T => b.alloc::<T>(rows)?),
-        None => Column::U32(b.alloc::<u32>(rows)?),
+) -> Result<Vec<Column<CudaBackend>>> {
+    Ok(match side.ids {
+        _ if side.split_words => vec![
+            Column::U32(b.alloc::<u32>(rows)?),
+            Column::U32(b.alloc::<u32>(rows)?),
+        ],
+        Some(c) => vec![map_column!(c, _c, T => b.alloc::<T>(rows)?)],
+        None => vec![Column::U32(b.alloc::<u32>(rows)?)],
     })
+}
+
+/// The kernel's (whole or low-half, high-half or 0) output addresses of a side.
+fn output_ptrs(cols: &[Column<CudaBackend>]) -> (u64, u64) {
+    (
+        cols.first().map_or(0, column_ptr),
+        cols.get(1).map_or(0, column_ptr),
+    )
 }
 
 /// Element `i` of a device buffer, read back (one synchronization).
@@ -550,8 +565,8 @@ impl CoPartitionJoin for CudaBackend {
                     .pairs
                     .then(|| {
                         Ok::<_, Error>((
-                            id_column(self, probe.ids, 0)?,
-                            id_column(self, build.ids, 0)?,
+                            side_outputs(self, probe, 0)?,
+                            side_outputs(self, build, 0)?,
                         ))
                     })
                     .transpose()?,
@@ -628,6 +643,8 @@ impl CoPartitionJoin for CudaBackend {
             flags_len: want.flags_len.unwrap_or(0) as u64,
             out_probe: 0,
             out_build: 0,
+            out_probe_hi: 0,
+            out_build_hi: 0,
             status: words.device_ptr(),
             out_cursor: 0,
             item_cursor: 0,
@@ -640,14 +657,14 @@ impl CoPartitionJoin for CudaBackend {
             let bound = usize::try_from(probe.pieces.rows)
                 .map_err(|_| Error::SizeOverflow("probe rows"))?;
             let (mut out_p, mut out_b) = (
-                id_column(self, probe.ids, bound)?,
-                id_column(self, build.ids, bound)?,
+                side_outputs(self, probe, bound)?,
+                side_outputs(self, build, bound)?,
             );
             params.out_cursor = words.device_ptr() + 8;
             params.item_cursor = words.device_ptr() + 16;
             params.out_capacity = bound as u64;
-            params.out_probe = column_ptr(&out_p);
-            params.out_build = column_ptr(&out_b);
+            (params.out_probe, params.out_probe_hi) = output_ptrs(&out_p);
+            (params.out_build, params.out_build_hi) = output_ptrs(&out_b);
             let name = match_kernel::<K>(MatchPass::Join, wide(probe.ids), wide(build.ids));
             // SAFETY: as the count pass below, plus the zeroed cursor word; each item writes its
             // pairs at the rows it reserved below `bound` (checked in the kernel, which flags
@@ -656,8 +673,9 @@ impl CoPartitionJoin for CudaBackend {
             let (status, total) = status_and_total(self, &words)?;
             check_status(status, &want)?;
             let rows = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output"))?;
-            each_column!(&mut out_p, c => c.truncate(rows));
-            each_column!(&mut out_b, c => c.truncate(rows));
+            for col in out_p.iter_mut().chain(&mut out_b) {
+                each_column!(col, c => c.truncate(rows));
+            }
             return Ok(CoJoined {
                 pairs: Some((out_p, out_b)),
                 flags,
@@ -693,15 +711,12 @@ impl CoPartitionJoin for CudaBackend {
 
         // Write pass: exactly `total` pairs.
         let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
-        let (out_p, out_b) = (
-            id_column(self, probe.ids, n)?,
-            id_column(self, build.ids, n)?,
-        );
+        let (out_p, out_b) = (side_outputs(self, probe, n)?, side_outputs(self, build, n)?);
         if n > 0 {
             params.counts = offsets.device_ptr();
             params.flags = 0;
-            params.out_probe = column_ptr(&out_p);
-            params.out_build = column_ptr(&out_b);
+            (params.out_probe, params.out_probe_hi) = output_ptrs(&out_p);
+            (params.out_build, params.out_build_hi) = output_ptrs(&out_b);
             let name = match_kernel::<K>(MatchPass::Write, wide(probe.ids), wide(build.ids));
             // SAFETY: as the count pass; each item writes its pairs at its scanned offset, the
             // same number the count pass counted for it (the counts depend on the pieces' keys

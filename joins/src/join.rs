@@ -4,11 +4,11 @@
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_hashtable::{HashTable, HashTables, Matches, TableConfig, TableKind};
 use joinkit_partition::{BucketChainPartition, RadixPartition};
-use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
+use joinkit_primitives::{Bounds, Compact, Gather, Interleave, MergePath, Sort};
 
 use crate::choose::{ChoiceParams, JoinInputStats, choose, sample_stats};
 use crate::chunk::Budget;
-use crate::copart::CoPartitionJoin;
+use crate::copart::{CoPartitionJoin, PairColumns};
 use crate::flags::MatchFlags;
 use crate::phj::{Layout, PartitionedSide, phj_om, phj_um};
 use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
@@ -17,6 +17,7 @@ use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
 pub trait JoinBackend:
     Sort
     + Gather
+    + Interleave
     + MergePath
     + Compact
     + HashTables
@@ -29,6 +30,7 @@ pub trait JoinBackend:
 impl<
     B: Sort
         + Gather
+        + Interleave
         + MergePath
         + Compact
         + HashTables
@@ -118,9 +120,9 @@ pub(crate) struct Matched<B: Backend, K: Key> {
     /// PHJ-OM in `join_columns`: how each side's payloads reach partitioned order (left,
     /// right).
     pub(crate) partitioned: Option<(PartitionedSide<B, K>, PartitionedSide<B, K>)>,
-    /// Each side's only payload column in output order, written by the match in place of ids
+    /// Each side's payload columns in output order, written by the match in place of ids
     /// ([`crate::phj::Layout::Payloads`]; `pairs` is then `None`).
-    pub(crate) columns: Option<(Column<B>, Column<B>)>,
+    pub(crate) columns: Option<PairColumns<B>>,
 }
 
 /// Times phases and records them in order.
@@ -383,7 +385,7 @@ fn run_match<B: JoinBackend, K: Key>(
     // or the payload columns a narrow PHJ-OM join's match wrote).
     let pairs = match (&m.pairs, &m.columns) {
         (Some(p), _) => p.0.len() as u64,
-        (None, Some(c)) => c.0.len() as u64,
+        (None, Some((l, _))) => l.first().map_or(0, |c| c.len() as u64),
         (None, None) => 0,
     };
     budget.check(pairs + m.left_only.as_ref().map_or(0, |u| u.len() as u64))?;
@@ -540,9 +542,10 @@ pub(crate) fn gather_columns<B: JoinBackend>(
 /// carries each side's first payload column through its radix partition and partitions every
 /// further column again with the keys, one at a time. So SMJ-OM holds at most one transformed
 /// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
-/// A PHJ-OM inner join with one unsigned payload a side (`Column::U32` or `Column::U64`) has its
-/// match write the carried payloads themselves, so nothing is gathered; with `right_unique` on
-/// CUDA, those output columns keep an allocation of one row per left row, however few match.
+/// A PHJ-OM inner join with one unsigned payload a side (`Column::U32` or `Column::U64`), or two
+/// `Column::U32` (carried as one interleaved 8-byte word), has its match write the carried
+/// payloads themselves, so nothing is gathered; with `right_unique` on CUDA, those output
+/// columns keep an allocation of one row per left row, however few match.
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
@@ -579,13 +582,12 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         &left.payloads[..],
         &right.payloads[..],
     ) {
-        // Narrow: the match writes the payloads themselves.
-        (
-            Algorithm::PhjOm,
-            JoinKind::Inner,
-            [l @ (Column::U32(_) | Column::U64(_))],
-            [r @ (Column::U32(_) | Column::U64(_))],
-        ) => Layout::Payloads { left: l, right: r },
+        // The match writes the payloads themselves (narrow, and 2+2 wide of u32 columns).
+        (Algorithm::PhjOm, JoinKind::Inner, l, r)
+            if Layout::carries_all(l) && Layout::carries_all(r) =>
+        {
+            Layout::Payloads { left: l, right: r }
+        }
         (Algorithm::PhjOm, ..) => Layout::Positions {
             left: left.payloads.first(),
             right: right
@@ -607,10 +609,10 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         &budget,
     )?;
     let result = if let Some((l, r)) = m.columns.take() {
-        let rows = l.len() as u64;
+        let rows = l.first().map_or(0, |c| c.len() as u64);
         Materialized {
-            left: vec![l],
-            right: vec![r],
+            left: l,
+            right: r,
             right_valid: None,
             rows,
         }

@@ -61,7 +61,7 @@ pub use chunk::{
 };
 pub use copart::{
     CPU_BUILD_CAPACITY, CPU_PROBE_CHUNK, CoJoined, CoPartitionJoin, CoSide, CoWant,
-    MAX_BUILD_CAPACITY, MIX_SEED, Pieces, set_cpu_phj_limits,
+    MAX_BUILD_CAPACITY, MIX_SEED, PairColumns, Pieces, set_cpu_phj_limits,
 };
 pub use flags::MatchFlags;
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};

@@ -27,6 +27,11 @@
 //!   one column at a time (Wu et al. §4.1: at most one transformed column besides the first is
 //!   held). The radix partition is deterministic, so every pass puts rows in the same order.
 //!   `join_rows` partitions row ids instead, and the match writes row ids directly.
+//! - **Payloads written by the match**: an inner join whose sides each have one `u32`/`u64`
+//!   payload, or two `u32` payloads, carries them through the partition (two interleaved into
+//!   one 8-byte word: one CUB pass with 8-byte values costs less than partitioning the second
+//!   column again) and the match writes them, split back into their columns, in place of ids:
+//!   no positions, no gathers (H200, 2^27 ⋈ 2^28 4 B 2+2 wide: see docs/results/joins.md).
 //! - **PHJ-UM**: one bucket-chain pass (Sioulas et al.), buckets as build pieces and probe
 //!   chunks, row ids carried and written by the match, payloads gathered from the inputs. The
 //!   bucket-chain partition offers at most 2^10 partitions per pass and no second pass, so when
@@ -38,7 +43,7 @@ use std::ops::Range;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result};
 use joinkit_partition::{MAX_FANOUT, MAX_RADIX_BITS, Partitioned, Partitioner, RowIds};
 
-use crate::copart::{CoSide, CoWant, Pieces};
+use crate::copart::{CoSide, CoWant, PairColumns, Pieces};
 use crate::join::{Matched, Phases};
 use crate::{JoinBackend, JoinKind, JoinOptions};
 
@@ -53,13 +58,57 @@ pub(crate) enum Layout<'a, B: Backend> {
         left: Option<&'a Column<B>>,
         right: Option<&'a Column<B>>,
     },
-    /// Each side's only payload column, `Column::U32` or `Column::U64` (PHJ-OM's narrow inner
-    /// join in join_columns): carried through the partition as in `Positions`, then written by
-    /// the match in place of ids, so the pairs are the output columns and no gather follows.
+    /// Each side's payload columns, all of them carried (PHJ-OM's inner join in join_columns
+    /// when [`Layout::carries_all`] holds for both sides): through the partition as in
+    /// `Positions`, then written by the match in place of ids, so the pairs are the output
+    /// columns and no gather follows.
     Payloads {
-        left: &'a Column<B>,
-        right: &'a Column<B>,
+        left: &'a [Column<B>],
+        right: &'a [Column<B>],
     },
+}
+
+impl<B: Backend> Layout<'_, B> {
+    /// Whether the match can write all of `cols` in place of ids: one `Column::U32` or
+    /// `Column::U64`, or two `Column::U32` interleaved into one 8-byte word a row (so a 2+2
+    /// wide join carries both payloads through one partition and gathers nothing).
+    pub(crate) fn carries_all(cols: &[Column<B>]) -> bool {
+        matches!(
+            cols,
+            [Column::U32(_) | Column::U64(_)] | [Column::U32(_), Column::U32(_)]
+        )
+    }
+}
+
+/// The words a side carries through the partition: none, one of its columns, or its two
+/// `u32` payload columns interleaved (made here, in the transform phase).
+enum Carried<'a, B: Backend> {
+    Column(&'a Column<B>),
+    Interleaved(Column<B>),
+}
+
+impl<'a, B: JoinBackend> Carried<'a, B> {
+    fn of(b: &B, cols: &'a [Column<B>]) -> Result<Option<Self>> {
+        Ok(match cols {
+            [] => None,
+            [c] => Some(Self::Column(c)),
+            [Column::U32(lo), Column::U32(hi)] => {
+                Some(Self::Interleaved(Column::U64(b.interleave(lo, hi)?)))
+            }
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "the match carries one payload column a side, or two u32 columns".into(),
+                ));
+            }
+        })
+    }
+
+    fn column(&self) -> &Column<B> {
+        match self {
+            Self::Column(c) => c,
+            Self::Interleaved(c) => c,
+        }
+    }
 }
 
 /// How PHJ-OM's payload columns reach partitioned order: partitioned again with the keys the
@@ -119,21 +168,27 @@ fn bucket_capacity(rows: usize, fanout: usize, max: usize) -> usize {
         .clamp(32.min(max), max)
 }
 
-/// (left, right) words of matching pairs: ids, or a narrow join's payloads.
-type Pairs<B> = (Column<B>, Column<B>);
-
 /// What a join keeps: pairs (inner, outer) and left rows (semi, anti, outer).
-type Selected<B> = (Option<Pairs<B>>, Option<<B as Backend>::Buf<u32>>);
+type Selected<B> = (Option<PairColumns<B>>, Option<<B as Backend>::Buf<u32>>);
 
 /// (left, right) ids of matching pairs: row ids or positions.
-type IdPairs<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
+type IdPairColumns<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
 
-/// Pairs of ids (row ids or positions, u32 words) as buffers.
-fn id_pairs<B: Backend>(pairs: Option<Pairs<B>>) -> Result<Option<IdPairs<B>>> {
+/// Pairs of ids (row ids or positions, one u32 column a side) as buffers.
+fn id_pairs<B: Backend>(pairs: Option<PairColumns<B>>) -> Result<Option<IdPairColumns<B>>> {
     pairs
-        .map(|pair| match pair {
-            (Column::U32(l), Column::U32(r)) => Ok((l, r)),
-            _ => Err(Error::Corrupt("the match wrote ids wider than u32".into())),
+        .map(|(l, r)| {
+            let mut ids = [l, r]
+                .into_iter()
+                .map(|mut side| match (side.pop(), side.len()) {
+                    (Some(Column::U32(ids)), 0) => Ok(ids),
+                    _ => Err(Error::Corrupt("the match wrote ids other than u32".into())),
+                });
+            let mut next = || {
+                ids.next()
+                    .unwrap_or_else(|| Err(Error::Corrupt("the match wrote no ids".into())))
+            };
+            Ok((next()?, next()?))
         })
         .transpose()
 }
@@ -171,6 +226,7 @@ fn co_match<B: JoinBackend, K: Key>(
             keys: build.keys,
             pieces: build.pieces,
             ids: None,
+            split_words: false,
         };
         let total = b.copartition_join(&myself, build, CoWant::default())?.total;
         if total != build.pieces.rows {
@@ -207,31 +263,45 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
     let chunk = b.probe_chunk::<K>();
     let bits = 0..radix_bits::<K>(right.len(), cap);
     let (row_ids, carry_l, carry_r) = match layout {
-        Layout::RowIds => (RowIds::U32, None, None),
-        Layout::Positions { left, right } => (RowIds::None, left, right),
-        Layout::Payloads { left, right } => (RowIds::None, Some(left), Some(right)),
+        Layout::RowIds => (RowIds::U32, &[][..], &[][..]),
+        Layout::Positions { left, right } => (
+            RowIds::None,
+            left.map_or(&[][..], std::slice::from_ref),
+            right.map_or(&[][..], std::slice::from_ref),
+        ),
+        Layout::Payloads { left, right } => (RowIds::None, left, right),
     };
     let payloads = matches!(layout, Layout::Payloads { .. });
-    let part = |keys: &B::Buf<K>, carry: Option<&Column<B>>| {
+    // Whether a side's carried words are two payloads interleaved (the match splits them).
+    let (split_l, split_r) = (
+        payloads && carry_l.len() == 2,
+        payloads && carry_r.len() == 2,
+    );
+    let part = |keys: &B::Buf<K>, carry: &Option<Carried<'_, B>>| {
         b.radix_partition(
             keys,
-            carry.map_or(&[][..], std::slice::from_ref),
+            carry
+                .as_ref()
+                .map_or(&[][..], |c| std::slice::from_ref(c.column())),
             bits.clone(),
             row_ids,
         )
     };
     let (pl, pr, rp, mixed) = ph.run("transform", || {
-        let pr = part(right, carry_r)?;
+        let words_r = Carried::of(b, carry_r)?;
+        let pr = part(right, &words_r)?;
         let rp = b.contiguous_pieces(&pr.offsets, cap)?;
         if rp.max_per_partition <= 1 {
-            return Ok((part(left, carry_l)?, pr, rp, None));
+            drop(words_r);
+            return Ok((part(left, &Carried::of(b, carry_l)?)?, pr, rp, None));
         }
         drop((pr, rp));
         let mr = b.mix_keys(right)?;
-        let pr = part(&mr, carry_r)?;
+        let pr = part(&mr, &words_r)?;
+        drop(words_r);
         let rp = b.contiguous_pieces(&pr.offsets, cap)?;
         let ml = b.mix_keys(left)?;
-        let pl = part(&ml, carry_l)?;
+        let pl = part(&ml, &Carried::of(b, carry_l)?)?;
         Ok((pl, pr, rp, Some((ml, mr))))
     })?;
     let (pairs, left_only) = ph.run("match", || {
@@ -240,11 +310,13 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
             keys: &pl.keys,
             pieces: &lp,
             ids: match_ids(&pl, payloads),
+            split_words: split_l,
         };
         let build = CoSide {
             keys: &pr.keys,
             pieces: &rp,
             ids: match_ids(&pr, payloads),
+            split_words: split_r,
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;
@@ -259,12 +331,12 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
             Some((
                 PartitionedSide {
                     mixed: ml,
-                    first: carry_l.and_then(|_| pl.payloads.pop()),
+                    first: pl.payloads.pop(),
                     bits: bits.clone(),
                 },
                 PartitionedSide {
                     mixed: mr,
-                    first: carry_r.and_then(|_| pr.payloads.pop()),
+                    first: pr.payloads.pop(),
                     bits,
                 },
             ))
@@ -326,11 +398,13 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
             keys: &cl.keys,
             pieces: &lp,
             ids: Some(cl.row_ids.as_ref().ok_or_else(no_ids)?),
+            split_words: false,
         };
         let build = CoSide {
             keys: &cr.keys,
             pieces: &rp,
             ids: Some(cr.row_ids.as_ref().ok_or_else(no_ids)?),
+            split_words: false,
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;

@@ -131,6 +131,7 @@ fn copartition_join_on_hand_made_pieces() {
         keys: &probe_keys,
         pieces: &pp,
         ids: Some(&probe_col),
+        split_words: false,
     };
     let out = b
         .copartition_join(
@@ -139,6 +140,7 @@ fn copartition_join_on_hand_made_pieces() {
                 keys: &build_keys,
                 pieces: &bp,
                 ids: Some(&build_col),
+                split_words: false,
             },
             want_all,
         )
@@ -150,6 +152,7 @@ fn copartition_join_on_hand_made_pieces() {
             keys: &build_keys,
             pieces: &bp,
             ids: Some(&signed),
+            split_words: false,
         },
         want_all,
     );
@@ -165,12 +168,55 @@ fn copartition_join_on_hand_made_pieces() {
         }
     }
     want.sort_unstable();
-    let Some((Column::U32(pl), Column::U64(pr))) = out.pairs else {
+    let Some(([Column::U32(pl)], [Column::U64(pr)])) =
+        out.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
         panic!("pairs of the ids' widths expected");
     };
-    let mut got: Vec<(u32, u64)> = pl.into_iter().zip(pr).collect();
+    let mut got: Vec<(u32, u64)> = pl.iter().copied().zip(pr.iter().copied()).collect();
     got.sort_unstable();
     assert_eq!(got, want);
+    // The build ids as words of two halves: the same pairs, the halves in two u32 columns.
+    let split = b
+        .copartition_join(
+            &probe,
+            &CoSide {
+                keys: &build_keys,
+                pieces: &bp,
+                ids: Some(&build_col),
+                split_words: true,
+            },
+            CoWant {
+                flags_len: None,
+                ..want_all
+            },
+        )
+        .unwrap();
+    let Some(([Column::U32(sl)], [Column::U32(lo), Column::U32(hi)])) =
+        split.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
+        panic!("a u32 probe column and two u32 build halves expected");
+    };
+    let mut got: Vec<(u32, u64)> = (0..sl.len())
+        .map(|i| (sl[i], u64::from(lo[i]) | u64::from(hi[i]) << 32))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    // Only 8-byte words split.
+    let refused = b.copartition_join(
+        &CoSide {
+            split_words: true,
+            ..probe
+        },
+        &CoSide {
+            keys: &build_keys,
+            pieces: &bp,
+            ids: Some(&build_col),
+            split_words: false,
+        },
+        want_all,
+    );
+    assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     assert_eq!(out.total, want.len() as u64);
     let mut flagged: Vec<u32> = (0..9u32)
         .filter(|&i| out.flags.as_ref().unwrap()[i as usize] == 1)
@@ -187,11 +233,13 @@ fn copartition_join_on_hand_made_pieces() {
             keys: &probe_keys,
             pieces: &pp,
             ids: None,
+            split_words: false,
         },
         &CoSide {
             keys: &build_keys,
             pieces: &bp,
             ids: None,
+            split_words: false,
         },
         CoWant {
             pairs: true,
@@ -206,6 +254,7 @@ fn copartition_join_on_hand_made_pieces() {
         keys: &probe_keys,
         pieces,
         ids: None,
+        split_words: false,
     };
     assert!(matches!(
         b.copartition_join(&side(&other), &side(&bp), CoWant::default()),
@@ -219,6 +268,7 @@ fn copartition_join_on_hand_made_pieces() {
         keys: &long_keys,
         pieces,
         ids: None,
+        split_words: false,
     };
     assert!(matches!(
         b.copartition_join(

@@ -143,64 +143,111 @@ fn materialized_payloads_match_the_reference() {
         .unwrap();
 }
 
-/// Row `i`'s payload in a [`narrow_table`] with `salt`: 8 bytes when `wide`, else 4.
-fn narrow_payload(i: u64, salt: u64, wide: bool) -> u64 {
-    let h = joinkit_cuda::hash::hash64(i, salt);
+/// Payload columns of a side in the shapes PHJ-OM's inner join writes in its match (one u32,
+/// one u64, two u32 interleaved through the partition) and one it gathers (u32 + u64).
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    U32,
+    U64,
+    TwoU32,
+    U32U64,
+}
+
+impl Shape {
+    const ALL: [Shape; 4] = [Shape::U32, Shape::U64, Shape::TwoU32, Shape::U32U64];
+
+    /// Whether each column is 8 bytes wide.
+    fn widths(self) -> &'static [bool] {
+        match self {
+            Shape::U32 => &[false],
+            Shape::U64 => &[true],
+            Shape::TwoU32 => &[false, false],
+            Shape::U32U64 => &[false, true],
+        }
+    }
+}
+
+/// Row `i`'s value in column `c` of a [`shaped_table`] with `salt`: 8 bytes when `wide`, else 4.
+fn shaped_payload(i: u64, salt: u64, c: usize, wide: bool) -> u64 {
+    let h = joinkit_cuda::hash::hash64(i, salt + c as u64);
     if wide { h } else { u64::from(h as u32) }
 }
 
-/// Keys and one payload column, `Column::U64` when `wide`, else `Column::U32`.
-fn narrow_table<B: JoinBackend, K: Key>(b: &B, keys: &[K], salt: u64, wide: bool) -> Table<B, K> {
-    let p: Vec<u64> = (0..keys.len() as u64)
-        .map(|i| narrow_payload(i, salt, wide))
+/// Keys and payload columns of `shape`.
+fn shaped_table<B: JoinBackend, K: Key>(b: &B, keys: &[K], salt: u64, shape: Shape) -> Table<B, K> {
+    let columns = shape
+        .widths()
+        .iter()
+        .enumerate()
+        .map(|(c, &wide)| {
+            let p: Vec<u64> = (0..keys.len() as u64)
+                .map(|i| shaped_payload(i, salt, c, wide))
+                .collect();
+            if wide {
+                Column::U64(b.upload(&p).unwrap())
+            } else {
+                let p: Vec<u32> = p.iter().map(|&v| v as u32).collect();
+                Column::U32(b.upload(&p).unwrap())
+            }
+        })
         .collect();
-    let column = if wide {
-        Column::U64(b.upload(&p).unwrap())
-    } else {
-        let p: Vec<u32> = p.iter().map(|&v| v as u32).collect();
-        Column::U32(b.upload(&p).unwrap())
-    };
-    Table::new(b.upload(keys).unwrap(), vec![column]).unwrap()
+    Table::new(b.upload(keys).unwrap(), columns).unwrap()
 }
 
-/// The rows [`narrow_table`]s with salts 10 and 20 (payload widths `wide`) give for `kind`, as
-/// [`rows_of`] has them, sorted.
-fn narrow_expected<K: Key>(l: &[K], r: &[K], kind: JoinKind, wide: [bool; 2]) -> Vec<Vec<u64>> {
-    let pay = |i: u32, salt, w| narrow_payload(u64::from(i), salt, w);
+/// The rows [`shaped_table`]s with salts 10 and 20 give for `kind`, as [`rows_of`] has them,
+/// sorted.
+fn shaped_expected<K: Key>(l: &[K], r: &[K], kind: JoinKind, shape: [Shape; 2]) -> Vec<Vec<u64>> {
+    let side = |i: u32, salt, s: Shape| -> Vec<u64> {
+        s.widths()
+            .iter()
+            .enumerate()
+            .map(|(c, &w)| shaped_payload(u64::from(i), salt, c, w))
+            .collect()
+    };
     let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
         .into_iter()
-        .map(
-            |(li, ri)| match (kind.has_right_rows(), ri == joinkit::NULL_ROW) {
-                (false, _) => vec![pay(li, 10, wide[0]), 1],
-                (true, true) => vec![pay(li, 10, wide[0]), 0, 0],
-                (true, false) => vec![pay(li, 10, wide[0]), pay(ri, 20, wide[1]), 1],
-            },
-        )
+        .map(|(li, ri)| {
+            let mut row = side(li, 10, shape[0]);
+            match (kind.has_right_rows(), ri == joinkit::NULL_ROW) {
+                (false, _) => row.push(1),
+                (true, true) => {
+                    row.extend(vec![0; shape[1].widths().len()]);
+                    row.push(0);
+                }
+                (true, false) => {
+                    row.extend(side(ri, 20, shape[1]));
+                    row.push(1);
+                }
+            }
+            row
+        })
         .collect();
     rows.sort_unstable();
     rows
 }
 
-/// One payload a side, 4 or 8 bytes each (drawn): PHJ-OM's inner join writes the payloads in
-/// its match (no gather); every algorithm and kind, right keys as drawn and deduplicated under
-/// `right_unique`.
-fn check_narrow<K: Key + Arbitrary>(test: &str) {
+/// Narrow and 2+2 shapes, drawn per side (one u32 or u64 payload, two u32, u32 + u64):
+/// PHJ-OM's inner join writes the payloads in its match (no gather) where both sides have a
+/// shape it carries whole; every algorithm and kind, right keys as drawn and deduplicated
+/// under `right_unique`.
+fn check_shaped<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
     #[cfg(not(feature = "cuda"))]
     let _ = test;
+    let shape = proptest::sample::select(&Shape::ALL[..]);
     runner()
         .run(
-            &(keys::<K>(), keys::<K>(), any::<[bool; 2]>()),
-            |(l, r, wide)| {
+            &(keys::<K>(), keys::<K>(), [shape.clone(), shape]),
+            |(l, r, shape)| {
                 each_case(&r, &Algorithm::CONCRETE, |r, kind, opts| {
-                    let want = narrow_expected(&l, r, kind, wide);
-                    let got = narrow_rows(&CpuBackend::new(), &l, r, &opts, wide);
-                    prop_assert_eq!(&got, &want, "cpu {:?} {:?}", opts, wide);
+                    let want = shaped_expected(&l, r, kind, shape);
+                    let got = shaped_rows(&CpuBackend::new(), &l, r, &opts, shape);
+                    prop_assert_eq!(&got, &want, "cpu {:?} {:?}", opts, shape);
                     #[cfg(feature = "cuda")]
                     if let Some(g) = &gpu {
-                        let got = narrow_rows(g, &l, r, &opts, wide);
-                        prop_assert_eq!(&got, &want, "cuda {:?} {:?}", opts, wide);
+                        let got = shaped_rows(g, &l, r, &opts, shape);
+                        prop_assert_eq!(&got, &want, "cuda {:?} {:?}", opts, shape);
                     }
                     Ok(())
                 })
@@ -210,26 +257,26 @@ fn check_narrow<K: Key + Arbitrary>(test: &str) {
 }
 
 #[test]
-fn narrow_payloads_match_the_reference() {
-    check_narrow::<u32>("narrow_payloads_match_the_reference");
+fn narrow_and_paired_payloads_match_the_reference() {
+    check_shaped::<u32>("narrow_and_paired_payloads_match_the_reference");
 }
 
 #[test]
-fn narrow_payloads_of_u64_keys_match_the_reference() {
-    check_narrow::<u64>("narrow_payloads_of_u64_keys_match_the_reference");
+fn narrow_and_paired_payloads_of_u64_keys_match_the_reference() {
+    check_shaped::<u64>("narrow_and_paired_payloads_of_u64_keys_match_the_reference");
 }
 
-fn narrow_rows<B: JoinBackend, K: Key>(
+fn shaped_rows<B: JoinBackend, K: Key>(
     b: &B,
     l: &[K],
     r: &[K],
     opts: &JoinOptions,
-    wide: [bool; 2],
+    shape: [Shape; 2],
 ) -> Vec<Vec<u64>> {
     let (out, stats) = join_columns(
         b,
-        &narrow_table(b, l, 10, wide[0]),
-        &narrow_table(b, r, 20, wide[1]),
+        &shaped_table(b, l, 10, shape[0]),
+        &shaped_table(b, r, 20, shape[1]),
         opts,
     )
     .unwrap();
@@ -276,21 +323,31 @@ fn bad_input_is_a_typed_error() {
     on_cpu_and_gpu!("bad_input_is_a_typed_error", bad_input);
 }
 
-/// The narrow join's 8-byte payload path at a size where the one-pass match hands out runs of
-/// items from its counter (2^21 ⋈ 2^22, u64 keys, one u64 payload a side, PK-FK): GPU == CPU.
+/// The payloads written by the match at a size where the one-pass match hands out runs of
+/// items from its counter (2^21 ⋈ 2^22, PK-FK): u64 keys with one u64 payload a side, u32 keys
+/// with two u32 payloads a side (interleaved, split by the match), and the two-pass (M:N)
+/// match of the latter; GPU == CPU.
 #[cfg(feature = "cuda")]
 #[test]
-fn large_narrow_u64_join_matches_the_cpu() {
-    let Some(g) = gpu("large_narrow_u64_join_matches_the_cpu") else {
+fn large_carried_payload_joins_match_the_cpu() {
+    let Some(g) = gpu("large_carried_payload_joins_match_the_cpu") else {
         return;
     };
     let r: Vec<u64> = joinkit_datagen::unique_keys(1 << 21, 3).unwrap();
     let s: Vec<u64> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.9, 4).unwrap();
-    let opts = JoinOptions::new(JoinKind::Inner)
+    let pk_fk = JoinOptions::new(JoinKind::Inner)
         .algorithm(Algorithm::PhjOm)
         .right_unique(true);
-    let want = narrow_rows(&CpuBackend::new(), &s, &r, &opts, [true, true]);
-    assert_eq!(narrow_rows(&g, &s, &r, &opts, [true, true]), want);
+    let shape = [Shape::U64, Shape::U64];
+    let want = shaped_rows(&CpuBackend::new(), &s, &r, &pk_fk, shape);
+    assert_eq!(shaped_rows(&g, &s, &r, &pk_fk, shape), want);
+    let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 21, 5).unwrap();
+    let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.7, 6).unwrap();
+    let shape = [Shape::TwoU32, Shape::TwoU32];
+    for opts in [pk_fk, pk_fk.right_unique(false)] {
+        let want = shaped_rows(&CpuBackend::new(), &s, &r, &opts, shape);
+        assert_eq!(shaped_rows(&g, &s, &r, &opts, shape), want, "{opts:?}");
+    }
 }
 
 /// A paper-shaped workload at 2^22 ⋈ 2^23 on the GPU against the CPU backend.

@@ -1,14 +1,18 @@
 //! Criterion benches of the primitives at modest sizes on the CPU backend (and the GPU where
 //! the `cuda` feature is on and a device is present): sort-pairs, gather by clustered and
-//! random maps, compaction, bounds and range expansion.
+//! random maps, compaction, interleaving of two u32 columns, bounds and range expansion.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use joinkit_cuda::{CpuBackend, hash::hash64};
-use joinkit_primitives::{Bounds, Compact, Gather, MergePath, Sort};
+use joinkit_primitives::{Bounds, Compact, Gather, Interleave, MergePath, Sort};
 
 const N: usize = 1 << 20;
 
-fn bench_backend<B: Sort + Gather + Compact + MergePath>(c: &mut Criterion, name: &str, b: &B) {
+fn bench_backend<B: Sort + Gather + Compact + Interleave + MergePath>(
+    c: &mut Criterion,
+    name: &str,
+    b: &B,
+) {
     let mut g = c.benchmark_group(name);
     g.throughput(Throughput::Elements(N as u64));
     g.sample_size(10);
@@ -40,6 +44,14 @@ fn bench_backend<B: Sort + Gather + Compact + MergePath>(c: &mut Criterion, name
         .unwrap();
     g.bench_function("compact 2 x u32", |x| {
         x.iter(|| b.compact(&[&dk, &di], &flags).unwrap())
+    });
+    g.bench_function("interleave + deinterleave u32", |x| {
+        x.iter(|| {
+            let words = b.interleave(&dk, &di).unwrap();
+            let r = b.deinterleave(&words).unwrap();
+            b.synchronize().unwrap();
+            r
+        })
     });
     let (sorted, _) = b.sort_pairs(&dk, &di, 0..32).unwrap();
     g.bench_function("sorted_bounds + expand", |x| {

@@ -307,6 +307,67 @@ pub fn scatter<T: Element, I: Key>(
     Ok(())
 }
 
+/// `words[i] = lo[i] | hi[i] << 32` (see [`crate::Interleave`]): four rows per thread through
+/// 16-byte loads and stores where all three views are 16-byte aligned, row by row otherwise.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `lo`, `hi` and `words` differ in length; driver errors.
+pub fn interleave(
+    backend: &CudaBackend,
+    lo: &CudaView<'_, u32>,
+    hi: &CudaView<'_, u32>,
+    words: &mut CudaViewMut<'_, u64>,
+) -> Result<()> {
+    Error::check_len("interleave lo vs hi", lo.len(), hi.len())?;
+    Error::check_len("interleave lo vs words", lo.len(), words.len())?;
+    let columns = [ptr(backend, lo), ptr(backend, hi), ptr_mut(backend, words)];
+    launch_interleave(backend, "interleave_u32", columns, lo.len())
+}
+
+/// The inverse of [`interleave`]: `lo[i]` and `hi[i]` are the low and high halves of
+/// `words[i]`.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `words`, `lo` and `hi` differ in length; driver errors.
+pub fn deinterleave(
+    backend: &CudaBackend,
+    words: &CudaView<'_, u64>,
+    lo: &mut CudaViewMut<'_, u32>,
+    hi: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("deinterleave words vs lo", words.len(), lo.len())?;
+    Error::check_len("deinterleave words vs hi", words.len(), hi.len())?;
+    let columns = [
+        ptr_mut(backend, lo),
+        ptr_mut(backend, hi),
+        ptr(backend, words),
+    ];
+    launch_interleave(backend, "deinterleave_u32", columns, words.len())
+}
+
+/// Launches `kernel` of `kernels/interleave.cu` on the addresses of `n` rows of lo, hi and
+/// words (both kernels take them in that order); nothing for no rows.
+fn launch_interleave(
+    backend: &CudaBackend,
+    kernel: &'static str,
+    [lo, hi, words]: [u64; 3],
+    n: usize,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let f = backend.function(&KERNELS, kernel)?;
+    // One thread per four rows: the vector path's unit of work.
+    let cfg = backend.grid_stride_config(n.div_ceil(4), BLOCK);
+    let (n64, vector) = (n as u64, aligned(&[lo, hi, words]));
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&lo).arg(&hi).arg(&words).arg(&n64).arg(&vector);
+    // SAFETY: both kernels touch n elements of each of lo, hi and words, which the callers
+    // checked hold n; 16-byte accesses only when `aligned` saw every address aligned.
+    unsafe { b.launch(cfg) }.map_err(driver("launching interleave"))?;
+    Ok(())
+}
+
 /// Length of the per-tile offsets array the compaction functions use for `n` flags: one entry
 /// per tile of [`TILE`] flags, plus one for the total.
 pub fn compaction_offsets_len(n: usize) -> usize {

@@ -10,6 +10,7 @@
 //! | even-width histogram | [`Histogram`] | CUB `DeviceHistogram` |
 //! | gather of one or many columns by a `u32`/`u64` map, scatter; checked bounds | [`Gather`] | `kernels/gather.cu`: 16-byte map/output vectors, eight loads in flight per thread; clustered maps take the same kernel (they hit L2: no flag, no staging) |
 //! | stable compaction of columns by flags, row ids of set flags | [`Compact`] | `kernels/select.cu` (+ CUB scan); byte flags: CUB `DeviceSelect` in `cuda::select_flagged_u8` |
+//! | two `u32` columns as one `u64` column (`lo \| hi << 32`) and back | [`Interleave`] | `kernels/interleave.cu`: grid-stride, four rows per thread through 16-byte loads and stores |
 //! | lower/upper bounds in a sorted column, M:N range expansion into pairs | [`MergePath`] | `kernels/merge.cu`: binary search + gallop; expansion balanced over the output |
 //! | row ids (iota) | `Backend::iota` | `joinkit-cuda` runtime kernel |
 //!
@@ -28,6 +29,7 @@
 
 mod gather;
 mod histogram;
+mod interleave;
 mod merge;
 mod scan;
 mod select;
@@ -38,6 +40,7 @@ pub mod cuda;
 
 pub use gather::{Bounds, Gather};
 pub use histogram::Histogram;
+pub use interleave::Interleave;
 pub use merge::MergePath;
 pub use scan::{Scan, Summable};
 pub use select::Compact;

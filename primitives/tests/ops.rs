@@ -11,18 +11,9 @@ use joinkit_primitives::{Bounds, Compact, Gather, MergePath};
 use proptest::prelude::*;
 
 mod common;
-use common::{gpu, runner};
-
 #[cfg(feature = "cuda")]
-fn poisoned<T: Element>(
-    g: &joinkit_cuda::CudaBackend,
-    len: usize,
-) -> joinkit_cuda::DeviceBuffer<T> {
-    let mut b = g.alloc::<T>(len).unwrap();
-    g.fill(&mut b, T::from_bits(joinkit_cuda::testing::POISON_U64))
-        .unwrap();
-    b
-}
+use common::poisoned;
+use common::{gpu, runner};
 
 /// A map of `len` indices into `0..src_len` (src_len > 0) of one of the shapes gathers meet:
 /// random with duplicates, identity, i/2 (clustered), shuffles inside small windows, all

@@ -1,14 +1,17 @@
 //! Property tests: the CPU twin equals a naive reference, and the CUDA implementation (where a
 //! GPU is present) equals the CPU twin, on random sizes (0, 1, odd), duplicates, all-equal
-//! keys, keys at 0 and MAX, and random bit ranges including the edges.
+//! keys, keys at 0 and MAX, and random bit ranges including the edges; interleaving round
+//! trips, also through unaligned views.
 
 use std::ops::Range;
 
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key};
-use joinkit_primitives::{Histogram, Scan, Sort};
+use joinkit_primitives::{Histogram, Interleave, Scan, Sort};
 use proptest::prelude::*;
 
 mod common;
+#[cfg(feature = "cuda")]
+use common::poisoned;
 use common::{gpu, runner};
 
 /// Keys with the shapes that break sorts: random, few distinct, all equal, extremes.
@@ -174,6 +177,133 @@ fn histogram_even_u64() {
     check_histogram::<u64>("histogram_even_u64");
 }
 
+/// Column pairs of sizes 0 to 8 (every remainder of the four-row vector path) or up to a few
+/// thousand, with the extremes 0 and `u32::MAX` among random values.
+fn halves() -> impl Strategy<Value = (Vec<u32>, Vec<u32>)> {
+    let value = prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()];
+    prop_oneof![0usize..9, 0usize..3000]
+        .prop_flat_map(move |n| proptest::collection::vec((value.clone(), value.clone()), n))
+        .prop_map(|pairs| pairs.into_iter().unzip())
+}
+
+#[test]
+fn interleave_round_trips() {
+    let gpu = gpu("interleave_round_trips");
+    runner()
+        .run(&halves(), |(lo, hi)| {
+            let want: Vec<u64> = lo
+                .iter()
+                .zip(&hi)
+                .map(|(&l, &h)| u64::from(h) * (1 << 32) + u64::from(l))
+                .collect();
+            let cpu = CpuBackend::new();
+            let words = cpu.interleave(&lo, &hi).unwrap();
+            prop_assert_eq!(&words, &want);
+            prop_assert_eq!(cpu.deinterleave(&words).unwrap(), (lo.clone(), hi.clone()));
+            if let Some(g) = &gpu {
+                let (dl, dh) = (g.upload(&lo).unwrap(), g.upload(&hi).unwrap());
+                let dw = g.interleave(&dl, &dh).unwrap();
+                prop_assert_eq!(&g.download(&dw).unwrap(), &want);
+                let (bl, bh) = g.deinterleave(&dw).unwrap();
+                prop_assert_eq!(g.download(&bl).unwrap(), lo);
+                prop_assert_eq!(g.download(&bh).unwrap(), hi);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The view-level entries on views shifted by zero or one row each: one unaligned view takes
+/// the scalar path. Poisoned rows outside the output views stay untouched.
+#[cfg(feature = "cuda")]
+#[test]
+fn interleave_views_match_the_cpu_twin() {
+    use joinkit_primitives::cuda;
+    let Some(g) = gpu("interleave_views_match_the_cpu_twin") else {
+        return;
+    };
+    let shifts = (0usize..2, 0usize..2, 0usize..2);
+    runner()
+        .run(&(halves(), shifts), |((lo, hi), (sl, sh, sw))| {
+            let n = lo.len();
+            let want = CpuBackend::new().interleave(&lo, &hi).unwrap();
+            let shifted = |v: &[u32], s: usize| g.upload(&[&[7u32][..s], v].concat()).unwrap();
+            let (dl, dh) = (shifted(&lo, sl), shifted(&hi, sh));
+            let mut dw = poisoned::<u64>(&g, n + 1);
+            cuda::interleave(
+                &g,
+                &dl.view().slice(sl..),
+                &dh.view().slice(sh..),
+                &mut dw.view_mut().slice_mut(sw..sw + n),
+            )
+            .unwrap();
+            let padded = |v: &[u64], s: usize| {
+                let poison = joinkit_cuda::testing::POISON_U64;
+                [&[poison][..s], v, &[poison][s..]].concat()
+            };
+            prop_assert_eq!(g.download(&dw).unwrap(), padded(&want, sw));
+            let (mut ol, mut oh) = (poisoned::<u32>(&g, n + 1), poisoned::<u32>(&g, n + 1));
+            cuda::deinterleave(
+                &g,
+                &dw.view().slice(sw..sw + n),
+                &mut ol.view_mut().slice_mut(sl..sl + n),
+                &mut oh.view_mut().slice_mut(sh..sh + n),
+            )
+            .unwrap();
+            let poison = u32::from_bits(joinkit_cuda::testing::POISON_U64);
+            let padded = |v: &[u32], s: usize| [&[poison][..s], v, &[poison][s..]].concat();
+            prop_assert_eq!(g.download(&ol).unwrap(), padded(&lo, sl));
+            prop_assert_eq!(g.download(&oh).unwrap(), padded(&hi, sh));
+            Ok(())
+        })
+        .unwrap();
+}
+
+fn mismatched_halves<B: Interleave>(b: &B) {
+    let lo = b.upload(&[1u32, 2, 3]).unwrap();
+    let hi = b.upload(&[1u32, 2]).unwrap();
+    assert_eq!(
+        b.interleave(&lo, &hi).err(),
+        Some(Error::LengthMismatch {
+            what: "interleave lo vs hi",
+            left: 3,
+            right: 2
+        })
+    );
+}
+
+#[test]
+fn interleave_of_mismatched_halves_is_a_typed_error() {
+    mismatched_halves(&CpuBackend::new());
+    if let Some(g) = gpu("interleave_of_mismatched_halves_is_a_typed_error") {
+        mismatched_halves(&g);
+        #[cfg(feature = "cuda")]
+        {
+            use joinkit_primitives::cuda;
+            let lo = g.upload(&[1u32, 2, 3]).unwrap();
+            let mut words = g.alloc::<u64>(2).unwrap();
+            assert_eq!(
+                cuda::interleave(&g, &lo.view(), &lo.view(), &mut words.view_mut()).err(),
+                Some(Error::LengthMismatch {
+                    what: "interleave lo vs words",
+                    left: 3,
+                    right: 2
+                })
+            );
+            let (mut l, mut h) = (g.alloc::<u32>(3).unwrap(), g.alloc::<u32>(2).unwrap());
+            let (mut lv, mut hv) = (l.view_mut(), h.view_mut());
+            assert_eq!(
+                cuda::deinterleave(&g, &words.view(), &mut lv, &mut hv).err(),
+                Some(Error::LengthMismatch {
+                    what: "deinterleave words vs lo",
+                    left: 2,
+                    right: 3
+                })
+            );
+        }
+    }
+}
+
 /// Bad input gets the same typed error on both backends.
 fn bad_input<B: Sort + Histogram>(b: &B) {
     let k = b.upload(&[1u32, 2, 3]).unwrap();
@@ -238,6 +368,25 @@ fn large_sort_matches_the_cpu_twin() {
     let want = cpu.sort_pairs(&hk, &hv, 13..45).unwrap();
     assert!(g.download(&sk).unwrap() == want.0);
     assert!(g.download(&sv).unwrap() == want.1);
+}
+
+/// 2^24 + 3 rows on the GPU (many grid-stride rounds and a tail) against the CPU twin; skipped
+/// without a GPU.
+#[test]
+fn large_interleave_matches_the_cpu_twin() {
+    let Some(g) = gpu("large_interleave_matches_the_cpu_twin") else {
+        return;
+    };
+    let n = (1usize << 24) + 3;
+    let (mut lo, mut hi) = (g.alloc::<u32>(n).unwrap(), g.alloc::<u32>(n).unwrap());
+    g.fill_random(&mut lo, 5, u64::MAX).unwrap();
+    g.fill_random(&mut hi, 6, u64::MAX).unwrap();
+    let words = g.interleave(&lo, &hi).unwrap();
+    let (hl, hh) = (g.download(&lo).unwrap(), g.download(&hi).unwrap());
+    let want = CpuBackend::new().interleave(&hl, &hh).unwrap();
+    assert!(g.download(&words).unwrap() == want);
+    let (bl, bh) = g.deinterleave(&words).unwrap();
+    assert!(g.download(&bl).unwrap() == hl && g.download(&bh).unwrap() == hh);
 }
 
 /// The CPU radix sort over inputs large enough to split into parallel chunks.

@@ -18,3 +18,17 @@ pub fn runner() -> TestRunner {
         ..Config::default()
     })
 }
+
+/// A device buffer of `len` elements poisoned with `POISON_U64`, so an element a kernel fails
+/// to write is caught.
+#[cfg(feature = "cuda")]
+pub fn poisoned<T: joinkit_cuda::Element>(
+    g: &joinkit_cuda::CudaBackend,
+    len: usize,
+) -> joinkit_cuda::DeviceBuffer<T> {
+    use joinkit_cuda::Backend;
+    let mut b = g.alloc::<T>(len).unwrap();
+    g.fill(&mut b, T::from_bits(joinkit_cuda::testing::POISON_U64))
+        .unwrap();
+    b
+}
