@@ -12,13 +12,13 @@
 //!    benchmarked cases has it, so it is not calibrated.)
 //! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
-//!    (4 B 2+2 wide, two sweeps: at match ratio 0.1 PHJ-UM 14.8–14.9 ms against PHJ-OM
-//!    20.5–20.9; at 0.3 the two within 2.5 % (20.3 against 19.9 and 20.8); at 0.5 PHJ-OM
-//!    21.2–21.4 against 25.6. So the crossover is near 0.3, and 0.25 sends to GFUR only the
-//!    ratios where it clearly wins. Before the partition passes ran on CUB and the match took
-//!    one pass, GFUR won up to 0.5.) Not on the CPU, whose bucket-chain partition makes PHJ-UM
-//!    the slower at every ratio measured ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and
-//!    the match ratio is not sampled).
+//!    (4 B 2+2 wide, since PHJ-OM's match writes both payload pairs: at match ratio 0.1 PHJ-UM
+//!    11.8 ms against PHJ-OM 13.0; at 0.3 PHJ-OM 14.0 against 16.8; at 0.5 14.2 against 21.7.
+//!    So the crossover is near 0.15–0.2, and 0.2 splits the two measured ratios. It was 0.25
+//!    while PHJ-OM partitioned the second payload column again (crossover near 0.3), and GFUR
+//!    won up to 0.5 before the partition passes ran on CUB.) Not on the CPU, whose bucket-chain
+//!    partition makes PHJ-UM the slower at every ratio measured
+//!    ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and the match ratio is not sampled).
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
 //!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
 //!    and on the CPU.
