@@ -14,9 +14,11 @@
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
 //!    (4 B 2+2 wide, since PHJ-OM's match writes both payload pairs: at match ratio 0.1 PHJ-UM
 //!    11.8 ms against PHJ-OM 13.0; at 0.3 PHJ-OM 14.0 against 16.8; at 0.5 14.2 against 21.7.
-//!    So the crossover is near 0.15–0.2, and 0.2 splits the two measured ratios. It was 0.25
-//!    while PHJ-OM partitioned the second payload column again (crossover near 0.3), and GFUR
-//!    won up to 0.5 before the partition passes ran on CUB.) Not on the CPU, whose bucket-chain
+//!    So its crossover is near 0.15–0.2; the threshold stays at 0.25, measured near the
+//!    crossover of the wide shapes PHJ-OM still partitions column by column (4 B 2+2 before
+//!    its match wrote the pairs: PHJ-UM 14.8 against 20.5 ms at 0.1, within 2.5 % at 0.3), so
+//!    4 B 2+2 joins between 0.16 and 0.25 run GFUR a few per cent slower. GFUR won up to 0.5
+//!    before the partition passes ran on CUB.) Not on the CPU, whose bucket-chain
 //!    partition makes PHJ-UM the slower at every ratio measured
 //!    ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and the match ratio is not sampled).
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to

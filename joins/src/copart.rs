@@ -63,13 +63,14 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     /// The side's pieces; rows index `keys` (and `ids`).
     pub pieces: &'a Pieces<B>,
     /// What the output names a row by: `ids[row]` (row ids carried through the partition, or a
-    /// narrow join's payload column: `Column::U32` or `Column::U64`), or the row (its position
-    /// in `keys`, a u32) when `None`.
+    /// payload column carried in their place: `Column::U32` or `Column::U64`), or the row (its
+    /// position in `keys`, a u32) when `None`.
     pub ids: Option<&'a Column<B>>,
     /// `ids` are `Column::U64` words that each pack two 4-byte payloads (low half first, as
     /// `joinkit_primitives::Interleave` makes them): the output names the side by two
     /// `Column::U32` columns, the low halves and the high halves (a wide join's pair of
-    /// payload columns, written by the match with no pass after it).
+    /// payload columns; the CUDA match writes the halves directly, the CPU twin splits its
+    /// words after matching).
     pub split_words: bool,
 }
 
@@ -163,8 +164,9 @@ pub trait CoPartitionJoin: Backend {
     /// # Errors
     /// [`Error::LengthMismatch`] when the sides' partition counts differ;
     /// [`Error::InvalidArgument`] for build pieces longer than the backend's tables hold
-    /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU), and
-    /// for ids of a signed type;
+    /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU), for
+    /// ids of a signed type, for [`CoSide::split_words`] on ids that are not `Column::U64`,
+    /// and for flags asked of a probe side with split words (flags index ids, not payloads);
     /// [`Error::DuplicateKey`] (`"build"`) as [`CoWant::unique_build`] says;
     /// [`Error::SizeOverflow`] when the pairs do not fit memory addresses; allocation and
     /// driver errors.
@@ -181,8 +183,14 @@ pub trait CoPartitionJoin: Backend {
 pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
     probe: &CoSide<'_, B, K>,
     build: &CoSide<'_, B, K>,
+    want: &CoWant,
     cap: usize,
 ) -> Result<usize> {
+    if probe.split_words && want.flags_len.is_some() {
+        return Err(Error::InvalidArgument(
+            "flags of a probe side whose ids are split payload words".into(),
+        ));
+    }
     let fanout = build.pieces.fanout();
     Error::check_len(
         "co-partition join probe vs build partitions",
@@ -591,7 +599,7 @@ impl CoPartitionJoin for CpuBackend {
     ) -> Result<CoJoined<Self>> {
         // CPU tables take any piece up to the common limit; the capacity setting only decides
         // how the joins cut pieces.
-        let fanout = check_sides(probe, build, MAX_BUILD_CAPACITY)?;
+        let fanout = check_sides(probe, build, &want, MAX_BUILD_CAPACITY)?;
         let (pp, bp) = (probe.pieces, build.pieces);
         // Ids are as long as their keys (check_sides): pieces inside the keys are inside both.
         for (side, keys, pieces) in [("probe", probe.keys, pp), ("build", build.keys, bp)] {

@@ -385,8 +385,8 @@ impl CoPartitionJoin for CudaBackend {
     }
 
     fn gfur_match_ratio(&self) -> f64 {
-        // H200, 4 B 2+2 wide: PHJ-UM wins at 0.1, PHJ-OM from 0.3 (choose.rs).
-        0.2
+        // H200, 4 B 2+2 wide: PHJ-UM wins clearly at 0.1, PHJ-OM from 0.3 (choose.rs).
+        0.25
     }
 
     fn build_capacity<K: Key>(&self) -> usize {
@@ -554,7 +554,7 @@ impl CoPartitionJoin for CudaBackend {
         build: &CoSide<'_, Self, K>,
         want: CoWant,
     ) -> Result<CoJoined<Self>> {
-        let fanout = check_sides(probe, build, self.build_capacity::<K>())?;
+        let fanout = check_sides(probe, build, &want, self.build_capacity::<K>())?;
         let flags = match want.flags_len {
             Some(n) => Some(zeros::<u32>(self, n)?),
             None => None,

@@ -382,7 +382,7 @@ fn run_match<B: JoinBackend, K: Key>(
         }
     };
     // The partitioned joins count inside their match: check before materializing (the pairs,
-    // or the payload columns a narrow PHJ-OM join's match wrote).
+    // or the payload columns a PHJ-OM join's match wrote).
     let pairs = match (&m.pairs, &m.columns) {
         (Some(p), _) => p.0.len() as u64,
         (None, Some((l, _))) => l.first().map_or(0, |c| c.len() as u64),

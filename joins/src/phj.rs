@@ -30,8 +30,9 @@
 //! - **Payloads written by the match**: an inner join whose sides each have one `u32`/`u64`
 //!   payload, or two `u32` payloads, carries them through the partition (two interleaved into
 //!   one 8-byte word: one CUB pass with 8-byte values costs less than partitioning the second
-//!   column again) and the match writes them, split back into their columns, in place of ids:
-//!   no positions, no gathers (H200, 2^27 ⋈ 2^28 4 B 2+2 wide: see docs/results/joins.md).
+//!   column again) and the match writes them in place of ids, split back into their columns
+//!   (by the CUDA kernels as they write; by the CPU twin after matching): no positions, no
+//!   gathers (H200, 2^27 ⋈ 2^28 4 B 2+2 wide: see docs/results/joins.md).
 //! - **PHJ-UM**: one bucket-chain pass (Sioulas et al.), buckets as build pieces and probe
 //!   chunks, row ids carried and written by the match, payloads gathered from the inputs. The
 //!   bucket-chain partition offers at most 2^10 partitions per pass and no second pass, so when
@@ -88,6 +89,11 @@ enum Carried<'a, B: Backend> {
 }
 
 impl<'a, B: JoinBackend> Carried<'a, B> {
+    /// Whether `cols` are carried as interleaved words.
+    fn splits(cols: &[Column<B>]) -> bool {
+        matches!(cols, [Column::U32(_), Column::U32(_)])
+    }
+
     fn of(b: &B, cols: &'a [Column<B>]) -> Result<Option<Self>> {
         Ok(match cols {
             [] => None,
@@ -172,24 +178,22 @@ fn bucket_capacity(rows: usize, fanout: usize, max: usize) -> usize {
 type Selected<B> = (Option<PairColumns<B>>, Option<<B as Backend>::Buf<u32>>);
 
 /// (left, right) ids of matching pairs: row ids or positions.
-type IdPairColumns<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
+type IdPairs<B> = (<B as Backend>::Buf<u32>, <B as Backend>::Buf<u32>);
 
-/// Pairs of ids (row ids or positions, one u32 column a side) as buffers.
-fn id_pairs<B: Backend>(pairs: Option<PairColumns<B>>) -> Result<Option<IdPairColumns<B>>> {
+/// A side's ids (row ids or positions) as the one u32 buffer the match wrote.
+fn only_u32<B: Backend>(mut side: Vec<Column<B>>) -> Result<B::Buf<u32>> {
+    match (side.pop(), side.is_empty()) {
+        (Some(Column::U32(ids)), true) => Ok(ids),
+        _ => Err(Error::Corrupt(
+            "the match wrote ids other than one u32 column".into(),
+        )),
+    }
+}
+
+/// Pairs of ids (row ids or positions) as buffers.
+fn id_pairs<B: Backend>(pairs: Option<PairColumns<B>>) -> Result<Option<IdPairs<B>>> {
     pairs
-        .map(|(l, r)| {
-            let mut ids = [l, r]
-                .into_iter()
-                .map(|mut side| match (side.pop(), side.len()) {
-                    (Some(Column::U32(ids)), 0) => Ok(ids),
-                    _ => Err(Error::Corrupt("the match wrote ids other than u32".into())),
-                });
-            let mut next = || {
-                ids.next()
-                    .unwrap_or_else(|| Err(Error::Corrupt("the match wrote no ids".into())))
-            };
-            Ok((next()?, next()?))
-        })
+        .map(|(l, r)| Ok((only_u32(l)?, only_u32(r)?)))
         .transpose()
 }
 
@@ -250,7 +254,8 @@ fn co_match<B: JoinBackend, K: Key>(
 }
 
 /// PHJ-OM: stable radix partition (of the keys, or of the mixed keys when R's partitions come
-/// out unbalanced; carrying row ids, or the first payload columns), co-partition join.
+/// out unbalanced; carrying row ids, each side's first payload column, or all of its payloads
+/// as [`Layout`] says), co-partition join.
 pub(crate) fn phj_om<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -273,10 +278,7 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
     };
     let payloads = matches!(layout, Layout::Payloads { .. });
     // Whether a side's carried words are two payloads interleaved (the match splits them).
-    let (split_l, split_r) = (
-        payloads && carry_l.len() == 2,
-        payloads && carry_r.len() == 2,
-    );
+    let (split_l, split_r) = (Carried::splits(carry_l), Carried::splits(carry_r));
     let part = |keys: &B::Buf<K>, carry: &Option<Carried<'_, B>>| {
         b.radix_partition(
             keys,

@@ -1,16 +1,17 @@
 //! The partitioned hash joins with tiny CPU pieces, so small random inputs exercise what large
 //! ones do on a GPU: R partitions split into many build pieces (each joined with every probe
 //! chunk of its partition), probe chunks, the self-join check of `right_unique` across pieces,
-//! the mixed-key fallback, bucket chains with many buckets; and the co-partition join trait on
-//! hand-made pieces. Everything equals the naive reference as a multiset.
+//! the mixed-key fallback (also with payload pairs carried through it), bucket chains with many
+//! buckets; and the co-partition join trait on hand-made pieces. Everything equals the naive reference as a multiset.
 
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, Column, CpuBackend, Error, JoinKind,
-    JoinOptions, NULL_ROW, join_rows, set_cpu_phj_limits,
+    JoinOptions, NULL_ROW, Table, join_columns, join_rows, set_cpu_phj_limits,
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 mod common;
 
@@ -55,6 +56,9 @@ fn check<K: Key + Arbitrary>() {
                     s.sort_unstable();
                     s.windows(2).all(|w| w[0] != w[1])
                 };
+                for unique in [false, true].into_iter().filter(|&u| !u || r_unique) {
+                    paired_payloads(&l, &r, unique)?;
+                }
                 for kind in JoinKind::ALL {
                     let want = join_pairs(&l, &r, kind);
                     for algorithm in [Algorithm::PhjUm, Algorithm::PhjOm] {
@@ -90,6 +94,62 @@ fn check<K: Key + Arbitrary>() {
             },
         )
         .unwrap();
+}
+
+/// Row `i`'s two u32 payloads on a side with `salt`.
+fn payload_pair(i: u32, salt: u32) -> [u32; 2] {
+    [i.wrapping_mul(2_654_435_761) ^ salt, !i ^ salt]
+}
+
+/// A table of `keys` with two u32 payload columns.
+fn paired_table<K: Key>(keys: &[K], salt: u32) -> Table<CpuBackend, K> {
+    let cols: [Vec<u32>; 2] = [0, 1].map(|c| {
+        (0..keys.len() as u32)
+            .map(|i| payload_pair(i, salt)[c])
+            .collect()
+    });
+    let [lo, hi] = cols;
+    Table::new(keys.to_vec(), vec![Column::U32(lo), Column::U32(hi)]).unwrap()
+}
+
+/// An inner PHJ-OM join of two u32 payloads a side, carried interleaved through the partition
+/// (tiny pieces: also through the mixed-key fallback) and split by the match, equals the
+/// reference's pairs; nothing is gathered (no materialize phase).
+fn paired_payloads<K: Key>(l: &[K], r: &[K], unique: bool) -> Result<(), TestCaseError> {
+    let b = CpuBackend::new();
+    let opts = JoinOptions::new(JoinKind::Inner)
+        .algorithm(Algorithm::PhjOm)
+        .right_unique(unique);
+    let (out, stats) = join_columns(&b, &paired_table(l, 10), &paired_table(r, 20), &opts).unwrap();
+    prop_assert!(
+        stats.phases.iter().all(|p| p.0 != "materialize"),
+        "{:?}",
+        stats.phases
+    );
+    let cols: Vec<&Vec<u32>> = out
+        .left
+        .iter()
+        .chain(&out.right)
+        .map(|c| match c {
+            Column::U32(v) => v,
+            other => panic!("u32 output columns expected, got {other:?}"),
+        })
+        .collect();
+    prop_assert_eq!(cols.len(), 4);
+    let mut got: Vec<[u32; 4]> = (0..out.rows as usize)
+        .map(|i| [cols[0][i], cols[1][i], cols[2][i], cols[3][i]])
+        .collect();
+    got.sort_unstable();
+    let mut want: Vec<[u32; 4]> = join_pairs(l, r, JoinKind::Inner)
+        .into_iter()
+        .map(|(li, ri)| {
+            let ([a, c], [d, e]) = (payload_pair(li, 10), payload_pair(ri, 20));
+            [a, c, d, e]
+        })
+        .collect();
+    want.sort_unstable();
+    prop_assert_eq!(got, want, "unique {}", unique);
+    Ok(())
 }
 
 #[test]
@@ -202,21 +262,24 @@ fn copartition_join_on_hand_made_pieces() {
         .collect();
     got.sort_unstable();
     assert_eq!(got, want);
-    // Only 8-byte words split.
-    let refused = b.copartition_join(
-        &CoSide {
+    // Refused: flags of a probe side of split payload words (flags index ids), and splitting
+    // 4-byte ids.
+    let probe_words = Column::U64(probe_ids.iter().map(|&i| u64::from(i)).collect());
+    let build_side = CoSide {
+        keys: &build_keys,
+        pieces: &bp,
+        ids: Some(&build_col),
+        split_words: false,
+    };
+    for ids in [&probe_words, &probe_col] {
+        let split_probe = CoSide {
+            ids: Some(ids),
             split_words: true,
             ..probe
-        },
-        &CoSide {
-            keys: &build_keys,
-            pieces: &bp,
-            ids: Some(&build_col),
-            split_words: false,
-        },
-        want_all,
-    );
-    assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
+        };
+        let refused = b.copartition_join(&split_probe, &build_side, want_all);
+        assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
+    }
     assert_eq!(out.total, want.len() as u64);
     let mut flagged: Vec<u32> = (0..9u32)
         .filter(|&i| out.flags.as_ref().unwrap()[i as usize] == 1)
