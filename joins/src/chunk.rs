@@ -257,7 +257,7 @@ impl<'a, B: JoinBackend, K: Key> RowChunks<'a, B, K> {
         };
         check_rows(left.len())?;
         check_rows(right.len())?;
-        b.reset_peak_memory();
+        crate::join::begin_join(b)?;
         let mut phases = Phases::new(b);
         let table = build_right_table(b, &mut phases, right, opts, chained)?;
         let (matches, left_only) =

@@ -386,7 +386,7 @@ pub fn join_sequence<B: JoinBackend, K: ColumnKey>(
 ) -> Result<(SequenceOutput<B>, SequenceStats)> {
     let fks = check(fact, dims, opts)?;
     let fact_rows = fact.first().map_or(0, Column::len);
-    b.reset_peak_memory();
+    crate::join::begin_join(b)?;
     let mut peak = None;
     let mut maps: Option<Maps<B>> = None;
     // UpFront: each later join's foreign keys at the current output rows (`None` before the
