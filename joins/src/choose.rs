@@ -56,7 +56,9 @@ pub struct JoinInputStats {
     /// Share of the most frequent key among sampled left keys (about `1 / distinct` when
     /// uniform; 0.07 for Zipf 1.0 over 2^20 keys).
     pub left_top_key_share: f64,
-    /// Share of the most frequent key among sampled right keys (0 or `1 / rows` when unique).
+    /// Share of the most frequent key among sampled right keys (0 or `1 / rows` when unique);
+    /// sampled only when the left side's reaches [`ChoiceParams::skew_share`] (the tree looks
+    /// at it only then), 0 otherwise.
     pub right_top_key_share: f64,
 }
 
@@ -128,13 +130,16 @@ pub fn choose(stats: &JoinInputStats, params: &ChoiceParams) -> Algorithm {
 }
 
 /// Input statistics for [`choose`], from [`SAMPLE_ROWS`] rows of each side at spread
-/// positions: each side's most frequent sampled key, and with `match_ratio` the match ratio: the sampled left
-/// keys' distinct values go into a small key-value table (64 KiB for 4-byte keys: cached;
-/// distinct, so a hot key makes no probe chain), every right key marks the one it matches (one
-/// read of the right keys), and the marked keys' sample counts add up to the matching fraction. 4096 rows put
+/// positions: the left side's most frequent sampled key, the right side's when the left's
+/// reaches `params.skew_share`, and, when `params` wants it for these payloads
+/// ([`ChoiceParams::wants_match_ratio`]), the match ratio: the sampled left keys' distinct
+/// values go into a small key-value table (64 KiB for 4-byte keys: cached; distinct, so a hot
+/// key makes no probe chain), every right key marks the one it matches (one read of the right
+/// keys), and the marked keys' sample counts add up to the matching fraction. 4096 rows put
 /// the match ratio within about ±0.02 (two standard errors) and see a key with a 1 % share
-/// about 40 times.
-/// Deterministic for the same inputs.
+/// about 40 times. The plan is a fixed cost, mostly host work (on the H200's host 0.26–0.30
+/// ms for a narrow join, each sample's sort about 0.1 ms of it), so only what the tree will
+/// look at is sampled. Deterministic for the same inputs.
 ///
 /// # Errors
 /// Allocation, driver and primitive errors.
@@ -144,13 +149,14 @@ pub fn sample_stats<B, K>(
     right: &B::Buf<K>,
     left_payload_bytes: usize,
     right_payload_bytes: usize,
-    match_ratio: bool,
+    params: &ChoiceParams,
 ) -> Result<JoinInputStats>
 where
     B: Gather + HashTables + CoPartitionJoin,
     K: Key,
 {
     use joinkit_cuda::Buffer as _;
+    let match_ratio = params.wants_match_ratio(left_payload_bytes + right_payload_bytes);
     let mut stats = JoinInputStats {
         left_rows: left.len(),
         right_rows: right.len(),
@@ -164,10 +170,7 @@ where
     if left.is_empty() || right.is_empty() {
         return Ok(stats);
     }
-    // Both samples are gathered before either is read back: one wait for the device, not two
-    // (the plan is a fixed cost, a sixth of a 2^25 ⋈ 2^25 join on the H200).
-    let (left_sample, right_sample) = (sample(b, left)?, sample(b, right)?);
-    let (keys, counts) = distinct_counts(b.download(&left_sample)?);
+    let (keys, counts) = distinct_counts(b.download(&sample(b, left)?)?);
     let rows: usize = counts.iter().sum();
     stats.left_top_key_share = counts.iter().copied().max().unwrap_or(0) as f64 / rows as f64;
     if match_ratio {
@@ -185,10 +188,12 @@ where
             .sum();
         stats.match_ratio = Some(matched as f64 / rows as f64);
     }
-    let (_, right_counts) = distinct_counts(b.download(&right_sample)?);
-    let right_rows: usize = right_counts.iter().sum();
-    stats.right_top_key_share =
-        right_counts.iter().copied().max().unwrap_or(0) as f64 / right_rows as f64;
+    if stats.left_top_key_share >= params.skew_share {
+        let (_, right_counts) = distinct_counts(b.download(&sample(b, right)?)?);
+        let right_rows: usize = right_counts.iter().sum();
+        stats.right_top_key_share =
+            right_counts.iter().copied().max().unwrap_or(0) as f64 / right_rows as f64;
+    }
     Ok(stats)
 }
 
@@ -272,20 +277,33 @@ mod tests {
         let right: Vec<u32> = (0..40_000u32)
             .chain(std::iter::repeat_n(7, 13_333))
             .collect();
-        let s = sample_stats(&b, &left, &right, 4, 8, true).unwrap();
+        let p = ChoiceParams {
+            gfur_match_ratio: 0.5,
+            ..ChoiceParams::for_backend(&b)
+        };
+        let s = sample_stats(&b, &left, &right, 8, 8, &p).unwrap();
         assert!((s.match_ratio.unwrap() - 0.2).abs() < 0.03, "{s:?}");
         assert!(s.left_top_key_share < 0.001, "{s:?}");
-        assert!((s.right_top_key_share - 0.25).abs() < 0.03, "{s:?}");
+        // The left side is not skewed: the right side's skew is not sampled.
+        assert_eq!(s.right_top_key_share, 0.0, "{s:?}");
         assert_eq!(
             (s.left_rows, s.right_rows, s.key_bytes),
             (40_000, 53_333, 4)
         );
+        // Key 3 on a tenth of the left rows: the right side's skew is sampled too.
+        let hot_left: Vec<u32> = (0..40_000u32)
+            .map(|i| if i % 10 == 0 { 3 } else { i })
+            .collect();
+        let s = sample_stats(&b, &hot_left, &right, 8, 8, &p).unwrap();
+        assert!((s.left_top_key_share - 0.1).abs() < 0.02, "{s:?}");
+        assert!((s.right_top_key_share - 0.25).abs() < 0.03, "{s:?}");
         // Short and empty sides: every row sampled, no division by zero.
-        let s = sample_stats(&b, &vec![1u64, 2, 3], &vec![3u64], 0, 0, true).unwrap();
+        let s = sample_stats(&b, &vec![1u64, 2, 3], &vec![3u64], 8, 8, &p).unwrap();
         assert!((s.match_ratio.unwrap() - 1.0 / 3.0).abs() < 1e-9);
-        let s = sample_stats(&b, &Vec::<u64>::new(), &vec![3u64], 0, 0, true).unwrap();
+        let s = sample_stats(&b, &Vec::<u64>::new(), &vec![3u64], 8, 8, &p).unwrap();
         assert_eq!(s.match_ratio, Some(0.0));
-        let s = sample_stats(&b, &vec![1u64, 2, 3], &vec![3u64], 0, 0, false).unwrap();
+        // Narrow payloads: no match ratio.
+        let s = sample_stats(&b, &vec![1u64, 2, 3], &vec![3u64], 0, 0, &p).unwrap();
         assert_eq!(s.match_ratio, None);
     }
 }

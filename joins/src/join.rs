@@ -187,16 +187,8 @@ fn resolve<B: JoinBackend, K: Key>(
     if params.table_is_cached(right.len()) {
         return Ok((Algorithm::NphjOpen, None));
     }
-    let match_ratio = params.wants_match_ratio(payload_bytes.0 + payload_bytes.1);
     let sampled = ph.run("plan", || {
-        sample_stats(
-            b,
-            left,
-            right,
-            payload_bytes.0,
-            payload_bytes.1,
-            match_ratio,
-        )
+        sample_stats(b, left, right, payload_bytes.0, payload_bytes.1, &params)
     })?;
     Ok((choose(&sampled, &params), Some(sampled)))
 }
