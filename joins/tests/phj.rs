@@ -7,7 +7,7 @@
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, Column, CpuBackend, Error, JoinKind,
-    JoinOptions, NULL_ROW, Table, join_columns, join_rows, set_cpu_phj_limits,
+    JoinOptions, NULL_ROW, join_columns, join_rows, set_cpu_phj_limits,
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
@@ -15,7 +15,7 @@ use proptest::test_runner::TestCaseError;
 
 mod common;
 
-use common::runner;
+use common::{Shape, rows_of, runner, shaped_expected, shaped_table};
 
 /// Key columns with the shapes that break partitioned joins: few distinct keys (hot keys far
 /// above a piece), multiples of a power of two (one raw-bit partition), extremes.
@@ -96,58 +96,27 @@ fn check<K: Key + Arbitrary>() {
         .unwrap();
 }
 
-/// Row `i`'s two u32 payloads on a side with `salt`.
-fn payload_pair(i: u32, salt: u32) -> [u32; 2] {
-    [i.wrapping_mul(2_654_435_761) ^ salt, !i ^ salt]
-}
-
-/// A table of `keys` with two u32 payload columns.
-fn paired_table<K: Key>(keys: &[K], salt: u32) -> Table<CpuBackend, K> {
-    let cols: [Vec<u32>; 2] = [0, 1].map(|c| {
-        (0..keys.len() as u32)
-            .map(|i| payload_pair(i, salt)[c])
-            .collect()
-    });
-    let [lo, hi] = cols;
-    Table::new(keys.to_vec(), vec![Column::U32(lo), Column::U32(hi)]).unwrap()
-}
-
 /// An inner PHJ-OM join of two u32 payloads a side, carried interleaved through the partition
 /// (tiny pieces: also through the mixed-key fallback) and split by the match, equals the
-/// reference's pairs; nothing is gathered (no materialize phase).
+/// reference's rows; nothing is gathered (no materialize phase).
 fn paired_payloads<K: Key>(l: &[K], r: &[K], unique: bool) -> Result<(), TestCaseError> {
     let b = CpuBackend::new();
     let opts = JoinOptions::new(JoinKind::Inner)
         .algorithm(Algorithm::PhjOm)
         .right_unique(unique);
-    let (out, stats) = join_columns(&b, &paired_table(l, 10), &paired_table(r, 20), &opts).unwrap();
+    let (lt, rt) = (
+        shaped_table(&b, l, 10, Shape::TwoU32),
+        shaped_table(&b, r, 20, Shape::TwoU32),
+    );
+    let (out, stats) = join_columns(&b, &lt, &rt, &opts).unwrap();
     prop_assert!(
         stats.phases.iter().all(|p| p.0 != "materialize"),
         "{:?}",
         stats.phases
     );
-    let cols: Vec<&Vec<u32>> = out
-        .left
-        .iter()
-        .chain(&out.right)
-        .map(|c| match c {
-            Column::U32(v) => v,
-            other => panic!("u32 output columns expected, got {other:?}"),
-        })
-        .collect();
-    prop_assert_eq!(cols.len(), 4);
-    let mut got: Vec<[u32; 4]> = (0..out.rows as usize)
-        .map(|i| [cols[0][i], cols[1][i], cols[2][i], cols[3][i]])
-        .collect();
+    let mut got = rows_of(&b, &out);
     got.sort_unstable();
-    let mut want: Vec<[u32; 4]> = join_pairs(l, r, JoinKind::Inner)
-        .into_iter()
-        .map(|(li, ri)| {
-            let ([a, c], [d, e]) = (payload_pair(li, 10), payload_pair(ri, 20));
-            [a, c, d, e]
-        })
-        .collect();
-    want.sort_unstable();
+    let want = shaped_expected(l, r, JoinKind::Inner, [Shape::TwoU32; 2]);
     prop_assert_eq!(got, want, "unique {}", unique);
     Ok(())
 }
@@ -193,26 +162,19 @@ fn copartition_join_on_hand_made_pieces() {
         ids: Some(&probe_col),
         split_words: false,
     };
-    let out = b
-        .copartition_join(
-            &probe,
-            &CoSide {
-                keys: &build_keys,
-                pieces: &bp,
-                ids: Some(&build_col),
-                split_words: false,
-            },
-            want_all,
-        )
-        .unwrap();
+    let build = CoSide {
+        keys: &build_keys,
+        pieces: &bp,
+        ids: Some(&build_col),
+        split_words: false,
+    };
+    let out = b.copartition_join(&probe, &build, want_all).unwrap();
     let signed = Column::I32(vec![0i32; 7]);
     let refused = b.copartition_join(
         &probe,
         &CoSide {
-            keys: &build_keys,
-            pieces: &bp,
             ids: Some(&signed),
-            split_words: false,
+            ..build
         },
         want_all,
     );
@@ -241,10 +203,8 @@ fn copartition_join_on_hand_made_pieces() {
         .copartition_join(
             &probe,
             &CoSide {
-                keys: &build_keys,
-                pieces: &bp,
-                ids: Some(&build_col),
                 split_words: true,
+                ..build
             },
             CoWant {
                 flags_len: None,
@@ -265,19 +225,13 @@ fn copartition_join_on_hand_made_pieces() {
     // Refused: flags of a probe side of split payload words (flags index ids), and splitting
     // 4-byte ids.
     let probe_words = Column::U64(probe_ids.iter().map(|&i| u64::from(i)).collect());
-    let build_side = CoSide {
-        keys: &build_keys,
-        pieces: &bp,
-        ids: Some(&build_col),
-        split_words: false,
-    };
     for ids in [&probe_words, &probe_col] {
         let split_probe = CoSide {
             ids: Some(ids),
             split_words: true,
             ..probe
         };
-        let refused = b.copartition_join(&split_probe, &build_side, want_all);
+        let refused = b.copartition_join(&split_probe, &build, want_all);
         assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     }
     assert_eq!(out.total, want.len() as u64);

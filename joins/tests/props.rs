@@ -7,7 +7,9 @@ mod common;
 
 #[cfg(feature = "cuda")]
 use common::gpu;
-use common::{expected_rows, keys, pairs_from, rows_of, table};
+use common::{
+    Shape, expected_rows, keys, pairs_from, rows_of, shaped_expected, shaped_table, table,
+};
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, Table, join_columns,
@@ -141,89 +143,6 @@ fn materialized_payloads_match_the_reference() {
             Ok(())
         })
         .unwrap();
-}
-
-/// Payload columns of a side in the shapes PHJ-OM's inner join writes in its match (one u32,
-/// one u64, two u32 interleaved through the partition) and one it gathers (u32 + u64).
-#[derive(Debug, Clone, Copy)]
-enum Shape {
-    U32,
-    U64,
-    TwoU32,
-    U32U64,
-}
-
-impl Shape {
-    const ALL: [Shape; 4] = [Shape::U32, Shape::U64, Shape::TwoU32, Shape::U32U64];
-
-    /// Whether each column is 8 bytes wide.
-    fn widths(self) -> &'static [bool] {
-        match self {
-            Shape::U32 => &[false],
-            Shape::U64 => &[true],
-            Shape::TwoU32 => &[false, false],
-            Shape::U32U64 => &[false, true],
-        }
-    }
-}
-
-/// Row `i`'s value in column `c` of a [`shaped_table`] with `salt`: 8 bytes when `wide`, else 4.
-fn shaped_payload(i: u64, salt: u64, c: usize, wide: bool) -> u64 {
-    let h = joinkit_cuda::hash::hash64(i, salt + c as u64);
-    if wide { h } else { u64::from(h as u32) }
-}
-
-/// Keys and payload columns of `shape`.
-fn shaped_table<B: JoinBackend, K: Key>(b: &B, keys: &[K], salt: u64, shape: Shape) -> Table<B, K> {
-    let columns = shape
-        .widths()
-        .iter()
-        .enumerate()
-        .map(|(c, &wide)| {
-            let p: Vec<u64> = (0..keys.len() as u64)
-                .map(|i| shaped_payload(i, salt, c, wide))
-                .collect();
-            if wide {
-                Column::U64(b.upload(&p).unwrap())
-            } else {
-                let p: Vec<u32> = p.iter().map(|&v| v as u32).collect();
-                Column::U32(b.upload(&p).unwrap())
-            }
-        })
-        .collect();
-    Table::new(b.upload(keys).unwrap(), columns).unwrap()
-}
-
-/// The rows [`shaped_table`]s with salts 10 and 20 give for `kind`, as [`rows_of`] has them,
-/// sorted.
-fn shaped_expected<K: Key>(l: &[K], r: &[K], kind: JoinKind, shape: [Shape; 2]) -> Vec<Vec<u64>> {
-    let side = |i: u32, salt, s: Shape| -> Vec<u64> {
-        s.widths()
-            .iter()
-            .enumerate()
-            .map(|(c, &w)| shaped_payload(u64::from(i), salt, c, w))
-            .collect()
-    };
-    let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
-        .into_iter()
-        .map(|(li, ri)| {
-            let mut row = side(li, 10, shape[0]);
-            match (kind.has_right_rows(), ri == joinkit::NULL_ROW) {
-                (false, _) => row.push(1),
-                (true, true) => {
-                    row.extend(vec![0; shape[1].widths().len()]);
-                    row.push(0);
-                }
-                (true, false) => {
-                    row.extend(side(ri, 20, shape[1]));
-                    row.push(1);
-                }
-            }
-            row
-        })
-        .collect();
-    rows.sort_unstable();
-    rows
 }
 
 /// Narrow and 2+2 shapes, drawn per side (one u32 or u64 payload, two u32, u32 + u64):
