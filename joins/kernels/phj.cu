@@ -67,6 +67,10 @@ struct CoParams {
   uint64_t out_build;     // BW*; uint32_t* when out_build_hi
   uint64_t out_probe_hi;  // uint32_t* or 0: 8-byte probe words split in two (see store_id)
   uint64_t out_build_hi;  // uint32_t* or 0
+  uint64_t probe_second;  // const PW* or 0: a second carried column (see store_second)
+  uint64_t build_second;  // const BW* or 0
+  uint64_t out_probe_second;  // PW*: where probe_second's words go (when probe_second)
+  uint64_t out_build_second;  // BW*
   uint64_t status;        // uint32_t*: kStatus* bits
   uint64_t out_cursor;    // unsigned long long*, zeroed (one-pass join: output rows reserved)
   uint64_t item_cursor;   // unsigned long long*, zeroed (one-pass join: runs of items taken)
@@ -190,6 +194,14 @@ __device__ __forceinline__ void store_id(uint64_t out, uint64_t hi, uint64_t o, 
   ptr<W>(out)[o] = w;
 }
 
+// With a side's second carried column `second` (a wide join's other payload, partitioned in
+// the same order as the ids), copies its word of row `row` to output row `o` of `out`.
+template <typename W>
+__device__ __forceinline__ void store_second(uint64_t second, uint64_t out, uint64_t row,
+                                             uint64_t o) {
+  if (second != 0) ptr<W>(out)[o] = ptr<const W>(second)[row];
+}
+
 // Marks probe id `id` matched in `flags` (the caller checks that the pass has flags).
 __device__ __forceinline__ void mark_probe(const CoParams& p, uint64_t id) {
   if (id < p.flags_len)
@@ -297,12 +309,15 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
     uint32_t tile_total;
     const uint32_t at = joinkit::block_exclusive_scan<uint32_t>(c, scan, &tile_total);
     if (c != 0) {
-      const PW pid = side_id(probe_ids, it.probe_begin + r);
+      const uint64_t prow = it.probe_begin + r;
+      const PW pid = side_id(probe_ids, prow);
       uint64_t o = base + at;
       uint32_t b = head;
       for (uint32_t i = 0; i < c; ++i, ++o) {
         store_id(p.out_probe, p.out_probe_hi, o, pid);
+        store_second<PW>(p.probe_second, p.out_probe_second, prow, o);
         store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, it.build_begin + b));
+        store_second<BW>(p.build_second, p.out_build_second, it.build_begin + b, o);
         b = t.next[b];
       }
     }
@@ -449,7 +464,9 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
       const uint64_t o = round->base + round->hits[j][warp] + __popc(b & below);
       const uint64_t brow = it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu);
       store_id(p.out_probe, p.out_probe_hi, o, pid);
+      store_second<PW>(p.probe_second, p.out_probe_second, row, o);
       store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, brow));
+      store_second<BW>(p.build_second, p.out_build_second, brow, o);
     }
   }
   __syncthreads();  // the next round reuses `round`

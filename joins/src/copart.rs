@@ -16,9 +16,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result, hash};
+use joinkit_cuda::{
+    Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result, hash, map_column,
+};
 use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
-use joinkit_primitives::Interleave;
+use joinkit_primitives::{Bounds, Gather, Interleave};
 use rayon::prelude::*;
 
 /// Seed of the key mix ([`CoPartitionJoin::mix_keys`]); the same on every backend.
@@ -72,6 +74,12 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     /// payload columns; the CUDA match writes the halves directly, the CPU twin splits its
     /// words after matching).
     pub split_words: bool,
+    /// A second carried column beside `ids` (a wide join's other payload column, partitioned
+    /// in the same order; `Column::U32` or `Column::U64` like `ids`, which it needs, and not
+    /// with `split_words`): the output names the side by two columns, `ids`' words and this
+    /// column's (the CUDA match writes both; the CPU twin matches by position, then gathers
+    /// both).
+    pub second: Option<&'a Column<B>>,
 }
 
 /// What a co-partition join produces.
@@ -166,7 +174,8 @@ pub trait CoPartitionJoin: Backend {
     /// [`Error::InvalidArgument`] for build pieces longer than the backend's tables hold
     /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU), for
     /// ids of a signed type, for [`CoSide::split_words`] on ids that are not `Column::U64`,
-    /// and for flags asked of a probe side with split words (flags index ids, not payloads);
+    /// for a [`CoSide::second`] column without ids of its type, and for flags asked of a probe
+    /// side with split words or a second column (flags index ids, not payloads);
     /// [`Error::DuplicateKey`] (`"build"`) as [`CoWant::unique_build`] says;
     /// [`Error::SizeOverflow`] when the pairs do not fit memory addresses; allocation and
     /// driver errors.
@@ -186,9 +195,9 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
     want: &CoWant,
     cap: usize,
 ) -> Result<usize> {
-    if probe.split_words && want.flags_len.is_some() {
+    if (probe.split_words || probe.second.is_some()) && want.flags_len.is_some() {
         return Err(Error::InvalidArgument(
-            "flags of a probe side whose ids are split payload words".into(),
+            "flags of a probe side whose ids are payload words".into(),
         ));
     }
     let fanout = build.pieces.fanout();
@@ -208,6 +217,22 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
             return Err(Error::InvalidArgument(
                 "co-partition ids split in halves must be u64 words".into(),
             ));
+        }
+        if let Some(second) = side.second {
+            let same_type = matches!(
+                (side.ids, second),
+                (Some(Column::U32(_)), Column::U32(_)) | (Some(Column::U64(_)), Column::U64(_))
+            );
+            if !same_type || side.split_words {
+                return Err(Error::InvalidArgument(
+                    "a second carried column needs ids of its type, not split".into(),
+                ));
+            }
+            Error::check_len(
+                "co-partition keys vs second column",
+                side.keys.len(),
+                second.len(),
+            )?;
         }
     }
     for (ids, keys) in [(probe.ids, probe.keys.len()), (build.ids, build.keys.len())] {
@@ -638,7 +663,12 @@ impl CoPartitionJoin for CpuBackend {
                 }
             }
         }
-        with_words!(probe.ids, P, probe_ids => with_words!(build.ids, Q, build_ids => {
+        // A side with a second column is matched by position, both columns gathered after.
+        let (probe_words, build_words) = (
+            probe.ids.filter(|_| probe.second.is_none()),
+            build.ids.filter(|_| build.second.is_none()),
+        );
+        with_words!(probe_words, P, probe_ids => with_words!(build_words, Q, build_ids => {
             let sides = CpuSides {
                 probe_keys: probe.keys,
                 build_keys: build.keys,
@@ -652,8 +682,8 @@ impl CoPartitionJoin for CpuBackend {
                 .pairs
                 .map(|(p, b)| {
                     Ok::<_, Error>((
-                        side_columns(self, P::column(p), probe.split_words)?,
-                        side_columns(self, Q::column(b), build.split_words)?,
+                        side_columns(self, P::column(p), probe)?,
+                        side_columns(self, Q::column(b), build)?,
                     ))
                 })
                 .transpose()?;
@@ -666,18 +696,24 @@ impl CoPartitionJoin for CpuBackend {
     }
 }
 
-/// A side's output columns from the words the CPU match wrote: the words, or their halves.
-fn side_columns(
+/// A side's output columns from the words the CPU match wrote: the words, their halves
+/// ([`CoSide::split_words`]), or, for a side with a [`CoSide::second`] column (matched by
+/// position), both carried columns gathered at the positions.
+fn side_columns<K: Key>(
     b: &CpuBackend,
     words: Column<CpuBackend>,
-    split: bool,
+    side: &CoSide<'_, CpuBackend, K>,
 ) -> Result<Vec<Column<CpuBackend>>> {
-    Ok(match (words, split) {
-        (Column::U64(w), true) => {
+    Ok(match (words, side.ids, side.second) {
+        (Column::U32(positions), Some(first), Some(second)) => [first, second]
+            .into_iter()
+            .map(|c| Ok(map_column!(c, c, T => b.gather::<T, u32>(c, &positions, Bounds::Trust)?)))
+            .collect::<Result<_>>()?,
+        (Column::U64(w), ..) if side.split_words => {
             let (lo, hi) = b.deinterleave(&w)?;
             vec![Column::U32(lo), Column::U32(hi)]
         }
-        (words, _) => vec![words],
+        (words, ..) => vec![words],
     })
 }
 

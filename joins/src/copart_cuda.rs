@@ -82,6 +82,10 @@ struct CoParams {
     out_build: u64,
     out_probe_hi: u64,
     out_build_hi: u64,
+    probe_second: u64,
+    build_second: u64,
+    out_probe_second: u64,
+    out_build_second: u64,
     status: u64,
     out_cursor: u64,
     item_cursor: u64,
@@ -90,7 +94,21 @@ struct CoParams {
     unique_build: u32,
 }
 
-// SAFETY: a repr(C) struct of integers without padding (24 x 8 + 2 x 4 bytes), laid out as
+impl CoParams {
+    /// Points the kernel at each side's output columns ([`side_outputs`]).
+    fn set_outputs<K: Key>(
+        &mut self,
+        probe: &CoSide<'_, CudaBackend, K>,
+        out_probe: &[Column<CudaBackend>],
+        build: &CoSide<'_, CudaBackend, K>,
+        out_build: &[Column<CudaBackend>],
+    ) {
+        (self.out_probe, self.out_probe_hi, self.out_probe_second) = output_ptrs(probe, out_probe);
+        (self.out_build, self.out_build_hi, self.out_build_second) = output_ptrs(build, out_build);
+    }
+}
+
+// SAFETY: a repr(C) struct of integers without padding (28 x 8 + 2 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
 
@@ -165,29 +183,44 @@ fn column_ptr(c: &Column<CudaBackend>) -> u64 {
     each_column!(c, b => b.device_ptr())
 }
 
-/// A side's output columns of `rows` rows: one of its ids' type (`u32` for rows), or with
-/// `split_words` two `u32` columns for the halves of its words.
+/// A side's output columns of `rows` rows: one of its ids' type (`u32` for rows), with
+/// `split_words` two `u32` columns for the halves of its words, or with a `second` column one
+/// of each carried column's type.
 fn side_outputs<K: Key>(
     b: &CudaBackend,
     side: &CoSide<'_, CudaBackend, K>,
     rows: usize,
 ) -> Result<Vec<Column<CudaBackend>>> {
+    let like =
+        |c: &Column<CudaBackend>| Ok::<_, Error>(map_column!(c, _c, T => b.alloc::<T>(rows)?));
     Ok(match side.ids {
         _ if side.split_words => vec![
             Column::U32(b.alloc::<u32>(rows)?),
             Column::U32(b.alloc::<u32>(rows)?),
         ],
-        Some(c) => vec![map_column!(c, _c, T => b.alloc::<T>(rows)?)],
+        Some(c) => std::iter::once(c)
+            .chain(side.second)
+            .map(like)
+            .collect::<Result<_>>()?,
         None => vec![Column::U32(b.alloc::<u32>(rows)?)],
     })
 }
 
-/// The kernel's (whole or low-half, high-half or 0) output addresses of a side.
-fn output_ptrs(cols: &[Column<CudaBackend>]) -> (u64, u64) {
-    (
+/// A side's output addresses for the kernel: (whole or low-half words, high halves or 0,
+/// second column's words or 0).
+fn output_ptrs<K: Key>(
+    side: &CoSide<'_, CudaBackend, K>,
+    cols: &[Column<CudaBackend>],
+) -> (u64, u64, u64) {
+    let (first, next) = (
         cols.first().map_or(0, column_ptr),
         cols.get(1).map_or(0, column_ptr),
-    )
+    );
+    if side.second.is_some() {
+        (first, 0, next)
+    } else {
+        (first, next, 0)
+    }
 }
 
 /// Element `i` of a device buffer, read back (one synchronization).
@@ -645,6 +678,10 @@ impl CoPartitionJoin for CudaBackend {
             out_build: 0,
             out_probe_hi: 0,
             out_build_hi: 0,
+            probe_second: ids(probe.second),
+            build_second: ids(build.second),
+            out_probe_second: 0,
+            out_build_second: 0,
             status: words.device_ptr(),
             out_cursor: 0,
             item_cursor: 0,
@@ -663,8 +700,7 @@ impl CoPartitionJoin for CudaBackend {
             params.out_cursor = words.device_ptr() + 8;
             params.item_cursor = words.device_ptr() + 16;
             params.out_capacity = bound as u64;
-            (params.out_probe, params.out_probe_hi) = output_ptrs(&out_p);
-            (params.out_build, params.out_build_hi) = output_ptrs(&out_b);
+            params.set_outputs(probe, &out_p, build, &out_b);
             let name = match_kernel::<K>(MatchPass::Join, wide(probe.ids), wide(build.ids));
             // SAFETY: as the count pass below, plus the zeroed cursor word; each item writes its
             // pairs at the rows it reserved below `bound` (checked in the kernel, which flags
@@ -715,8 +751,7 @@ impl CoPartitionJoin for CudaBackend {
         if n > 0 {
             params.counts = offsets.device_ptr();
             params.flags = 0;
-            (params.out_probe, params.out_probe_hi) = output_ptrs(&out_p);
-            (params.out_build, params.out_build_hi) = output_ptrs(&out_b);
+            params.set_outputs(probe, &out_p, build, &out_b);
             let name = match_kernel::<K>(MatchPass::Write, wide(probe.ids), wide(build.ids));
             // SAFETY: as the count pass; each item writes its pairs at its scanned offset, the
             // same number the count pass counted for it (the counts depend on the pieces' keys

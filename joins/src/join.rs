@@ -546,10 +546,11 @@ pub(crate) fn gather_columns<B: JoinBackend>(
 /// carries each side's first payload column through its radix partition and partitions every
 /// further column again with the keys, one at a time. So SMJ-OM holds at most one transformed
 /// column per side, PHJ-OM at most two (the carried one and the current one) (Wu et al. §4.1).
-/// A PHJ-OM inner join with one unsigned payload a side (`Column::U32` or `Column::U64`), or two
-/// `Column::U32` (carried as one interleaved 8-byte word), has its match write the carried
-/// payloads themselves, so nothing is gathered; with `right_unique` on CUDA, those output
-/// columns keep an allocation of one row per left row, however few match.
+/// A PHJ-OM inner join with one unsigned payload a side (`Column::U32` or `Column::U64`), two
+/// `Column::U32` (carried as one interleaved 8-byte word) or two `Column::U64` (the second
+/// partitioned in a pass of its own) has its match write the carried payloads themselves, so
+/// nothing is gathered; with `right_unique` on CUDA, those output columns keep an allocation of
+/// one row per left row, however few match.
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
@@ -586,7 +587,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         &left.payloads[..],
         &right.payloads[..],
     ) {
-        // The match writes the payloads themselves (narrow, and 2+2 wide of u32 columns).
+        // The match writes the payloads themselves (narrow, and 2+2 wide of u32 or u64 columns).
         (Algorithm::PhjOm, JoinKind::Inner, l, r)
             if Layout::carries_all(l) && Layout::carries_all(r) =>
         {

@@ -28,11 +28,13 @@
 //!   held). The radix partition is deterministic, so every pass puts rows in the same order.
 //!   `join_rows` partitions row ids instead, and the match writes row ids directly.
 //! - **Payloads written by the match**: an inner join whose sides each have one `u32`/`u64`
-//!   payload, or two `u32` payloads, carries them through the partition (two interleaved into
-//!   one 8-byte word: one CUB pass with 8-byte values costs less than partitioning the second
-//!   column again) and the match writes them in place of ids, split back into their columns
-//!   (by the CUDA kernels as they write; by the CPU twin after matching): no positions, no
-//!   gathers (H200, 2^27 ⋈ 2^28 4 B 2+2 wide: see docs/results/joins.md).
+//!   payload, two `u32` payloads or two `u64` payloads carries them through the partition
+//!   (two `u32` interleaved into one 8-byte word: one CUB pass with 8-byte values costs less
+//!   than partitioning the second column again; a second `u64` column partitioned in a pass
+//!   of its own) and the match writes them in place of ids, split back into their columns or
+//!   copied from the second one (by the CUDA kernels as they write; by the CPU twin after
+//!   matching): no positions, no gathers (H200, 2^27 ⋈ 2^28 4 B and 8 B 2+2 wide: see
+//!   docs/results/joins.md).
 //! - **PHJ-UM**: one bucket-chain pass (Sioulas et al.), buckets as build pieces and probe
 //!   chunks, row ids carried and written by the match, payloads gathered from the inputs. The
 //!   bucket-chain partition offers at most 2^10 partitions per pass and no second pass, so when
@@ -71,21 +73,27 @@ pub(crate) enum Layout<'a, B: Backend> {
 
 impl<B: Backend> Layout<'_, B> {
     /// Whether the match can write all of `cols` in place of ids: one `Column::U32` or
-    /// `Column::U64`, or two `Column::U32` interleaved into one 8-byte word a row (so a 2+2
-    /// wide join carries both payloads through one partition and gathers nothing).
+    /// `Column::U64`, two `Column::U32` interleaved into one 8-byte word a row (so a 2+2
+    /// wide join carries both payloads through one partition), or two `Column::U64`, the
+    /// second partitioned in a pass of its own; either way nothing is gathered.
     pub(crate) fn carries_all(cols: &[Column<B>]) -> bool {
         matches!(
             cols,
-            [Column::U32(_) | Column::U64(_)] | [Column::U32(_), Column::U32(_)]
+            [Column::U32(_) | Column::U64(_)]
+                | [Column::U32(_), Column::U32(_)]
+                | [Column::U64(_), Column::U64(_)]
         )
     }
 }
 
-/// The words a side carries through the partition: none, one of its columns, or its two
-/// `u32` payload columns interleaved (made here, in the transform phase).
+/// The words a side carries through the partition: none, one of its columns, its two `u32`
+/// payload columns interleaved (made here, in the transform phase), or two `u64` columns (the
+/// second partitioned in a pass of its own, [`partition_column`]: a 16-byte word would need a
+/// radix sort of 16-byte values).
 enum Carried<'a, B: Backend> {
     Column(&'a Column<B>),
     Interleaved(Column<B>),
+    Two(&'a Column<B>, &'a Column<B>),
 }
 
 impl<'a, B: JoinBackend> Carried<'a, B> {
@@ -101,20 +109,44 @@ impl<'a, B: JoinBackend> Carried<'a, B> {
             [Column::U32(lo), Column::U32(hi)] => {
                 Some(Self::Interleaved(Column::U64(b.interleave(lo, hi)?)))
             }
+            [first @ Column::U64(_), second @ Column::U64(_)] => Some(Self::Two(first, second)),
             _ => {
                 return Err(Error::InvalidArgument(
-                    "the match carries one payload column a side, or two u32 columns".into(),
+                    "the match carries one payload column a side, or two u32 or u64 columns".into(),
                 ));
             }
         })
     }
 
+    /// The column partitioned with the keys.
     fn column(&self) -> &Column<B> {
         match self {
-            Self::Column(c) => c,
+            Self::Column(c) | Self::Two(c, _) => c,
             Self::Interleaved(c) => c,
         }
     }
+
+    /// The column partitioned in a pass of its own, if any.
+    fn second(&self) -> Option<&'a Column<B>> {
+        match self {
+            Self::Two(_, c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// `col` in the order a radix partition of `keys` on `bits` puts rows in: partitioned again
+/// with the keys (the radix partition is deterministic, so every pass puts rows alike).
+fn partition_column<B: JoinBackend, K: Key>(
+    b: &B,
+    keys: &B::Buf<K>,
+    col: &Column<B>,
+    bits: Range<u32>,
+) -> Result<Column<B>> {
+    b.radix_partition(keys, std::slice::from_ref(col), bits, RowIds::None)?
+        .payloads
+        .pop()
+        .ok_or_else(|| Error::Corrupt("partition returned no payload".into()))
 }
 
 /// How PHJ-OM's payload columns reach partitioned order: partitioned again with the keys the
@@ -141,16 +173,8 @@ impl<B: JoinBackend, K: Key> PartitionedSide<B, K> {
         if index == 0 && self.first.is_some() {
             return Ok(None);
         }
-        let mut p = b.radix_partition(
-            self.mixed.as_ref().unwrap_or(keys),
-            std::slice::from_ref(&cols[index]),
-            self.bits.clone(),
-            RowIds::None,
-        )?;
-        p.payloads
-            .pop()
-            .map(Some)
-            .ok_or_else(|| Error::Corrupt("partition returned no payload".into()))
+        let keys = self.mixed.as_ref().unwrap_or(keys);
+        partition_column(b, keys, &cols[index], self.bits.clone()).map(Some)
     }
 }
 
@@ -231,6 +255,7 @@ fn co_match<B: JoinBackend, K: Key>(
             pieces: build.pieces,
             ids: None,
             split_words: false,
+            second: None,
         };
         let total = b.copartition_join(&myself, build, CoWant::default())?.total;
         if total != build.pieces.rows {
@@ -289,22 +314,37 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
             row_ids,
         )
     };
-    let (pl, pr, rp, mixed) = ph.run("transform", || {
+    // A side's second carried column in partitioned order (Carried::Two), by its own pass.
+    let second = |keys: &B::Buf<K>, carry: &Option<Carried<'_, B>>| {
+        carry
+            .as_ref()
+            .and_then(Carried::second)
+            .map(|c| partition_column(b, keys, c, bits.clone()))
+            .transpose()
+    };
+    let (pl, pr, rp, mixed, (second_l, second_r)) = ph.run("transform", || {
         let words_r = Carried::of(b, carry_r)?;
         let pr = part(right, &words_r)?;
         let rp = b.contiguous_pieces(&pr.offsets, cap)?;
         if rp.max_per_partition <= 1 {
+            let sr = second(right, &words_r)?;
             drop(words_r);
-            return Ok((part(left, &Carried::of(b, carry_l)?)?, pr, rp, None));
+            let words_l = Carried::of(b, carry_l)?;
+            let pl = part(left, &words_l)?;
+            let sl = second(left, &words_l)?;
+            return Ok((pl, pr, rp, None, (sl, sr)));
         }
         drop((pr, rp));
         let mr = b.mix_keys(right)?;
         let pr = part(&mr, &words_r)?;
+        let sr = second(&mr, &words_r)?;
         drop(words_r);
         let rp = b.contiguous_pieces(&pr.offsets, cap)?;
         let ml = b.mix_keys(left)?;
-        let pl = part(&ml, &Carried::of(b, carry_l)?)?;
-        Ok((pl, pr, rp, Some((ml, mr))))
+        let words_l = Carried::of(b, carry_l)?;
+        let pl = part(&ml, &words_l)?;
+        let sl = second(&ml, &words_l)?;
+        Ok((pl, pr, rp, Some((ml, mr)), (sl, sr)))
     })?;
     let (pairs, left_only) = ph.run("match", || {
         let lp = b.contiguous_pieces(&pl.offsets, chunk)?;
@@ -313,12 +353,14 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
             pieces: &lp,
             ids: match_ids(&pl, payloads),
             split_words: split_l,
+            second: second_l.as_ref(),
         };
         let build = CoSide {
             keys: &pr.keys,
             pieces: &rp,
             ids: match_ids(&pr, payloads),
             split_words: split_r,
+            second: second_r.as_ref(),
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;
@@ -401,12 +443,14 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
             pieces: &lp,
             ids: Some(cl.row_ids.as_ref().ok_or_else(no_ids)?),
             split_words: false,
+            second: None,
         };
         let build = CoSide {
             keys: &cr.keys,
             pieces: &rp,
             ids: Some(cr.row_ids.as_ref().ok_or_else(no_ids)?),
             split_words: false,
+            second: None,
         };
         co_match(b, &probe, &build, opts, left.len())
     })?;

@@ -96,28 +96,31 @@ fn check<K: Key + Arbitrary>() {
         .unwrap();
 }
 
-/// An inner PHJ-OM join of two u32 payloads a side, carried interleaved through the partition
-/// (tiny pieces: also through the mixed-key fallback) and split by the match, equals the
-/// reference's rows; nothing is gathered (no materialize phase).
+/// An inner PHJ-OM join of two payloads a side, carried through the partition (tiny pieces:
+/// also through the mixed-key fallback): two u32 interleaved and split by the match, or two
+/// u64, the second partitioned in its own pass; equals the reference's rows, and nothing is
+/// gathered (no materialize phase).
 fn paired_payloads<K: Key>(l: &[K], r: &[K], unique: bool) -> Result<(), TestCaseError> {
     let b = CpuBackend::new();
     let opts = JoinOptions::new(JoinKind::Inner)
         .algorithm(Algorithm::PhjOm)
         .right_unique(unique);
-    let (lt, rt) = (
-        shaped_table(&b, l, 10, Shape::TwoU32),
-        shaped_table(&b, r, 20, Shape::TwoU32),
-    );
-    let (out, stats) = join_columns(&b, &lt, &rt, &opts).unwrap();
-    prop_assert!(
-        stats.phases.iter().all(|p| p.0 != "materialize"),
-        "{:?}",
-        stats.phases
-    );
-    let mut got = rows_of(&b, &out);
-    got.sort_unstable();
-    let want = shaped_expected(l, r, JoinKind::Inner, [Shape::TwoU32; 2]);
-    prop_assert_eq!(got, want, "unique {}", unique);
+    for shape in [Shape::TwoU32, Shape::TwoU64] {
+        let (lt, rt) = (
+            shaped_table(&b, l, 10, shape),
+            shaped_table(&b, r, 20, shape),
+        );
+        let (out, stats) = join_columns(&b, &lt, &rt, &opts).unwrap();
+        prop_assert!(
+            stats.phases.iter().all(|p| p.0 != "materialize"),
+            "{:?}",
+            stats.phases
+        );
+        let mut got = rows_of(&b, &out);
+        got.sort_unstable();
+        let want = shaped_expected(l, r, JoinKind::Inner, [shape; 2]);
+        prop_assert_eq!(got, want, "{:?} unique {}", shape, unique);
+    }
     Ok(())
 }
 
@@ -132,8 +135,8 @@ fn tiny_pieces_u64() {
 }
 
 /// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
-/// ids through maps (4-byte probe ids, 8-byte build ids), flags; pairs equal the per-partition
-/// nested loop. Signed ids are refused.
+/// ids through maps (4-byte probe ids, 8-byte build ids), flags, split words and second
+/// columns; pairs equal the per-partition nested loop. Signed ids are refused.
 #[test]
 fn copartition_join_on_hand_made_pieces() {
     let b = CpuBackend::new();
@@ -161,12 +164,14 @@ fn copartition_join_on_hand_made_pieces() {
         pieces: &pp,
         ids: Some(&probe_col),
         split_words: false,
+        second: None,
     };
     let build = CoSide {
         keys: &build_keys,
         pieces: &bp,
         ids: Some(&build_col),
         split_words: false,
+        second: None,
     };
     let out = b.copartition_join(&probe, &build, want_all).unwrap();
     let signed = Column::I32(vec![0i32; 7]);
@@ -204,6 +209,7 @@ fn copartition_join_on_hand_made_pieces() {
             &probe,
             &CoSide {
                 split_words: true,
+                second: None,
                 ..build
             },
             CoWant {
@@ -222,16 +228,72 @@ fn copartition_join_on_hand_made_pieces() {
         .collect();
     got.sort_unstable();
     assert_eq!(got, want);
-    // Refused: flags of a probe side of split payload words (flags index ids), and splitting
-    // 4-byte ids.
+    // A second carried column beside each side's ids: the same pairs, each side's two columns.
+    let probe_second = Column::U32(probe_ids.iter().map(|&i| i + 1000).collect());
+    let build_second = Column::U64(build_ids.iter().map(|&i| !i).collect());
+    fn with_second<'a>(
+        side: &CoSide<'a, CpuBackend, u32>,
+        second: &'a Column<CpuBackend>,
+    ) -> CoSide<'a, CpuBackend, u32> {
+        CoSide {
+            second: Some(second),
+            ..*side
+        }
+    }
+    let two = b
+        .copartition_join(
+            &with_second(&probe, &probe_second),
+            &with_second(&build, &build_second),
+            CoWant {
+                flags_len: None,
+                ..want_all
+            },
+        )
+        .unwrap();
+    let Some(([Column::U32(p1), Column::U32(p2)], [Column::U64(b1), Column::U64(b2)])) =
+        two.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
+        panic!("two probe columns and two build columns of the ids' widths expected");
+    };
+    let mut got: Vec<(u32, u64)> = (0..p1.len())
+        .map(|i| {
+            assert_eq!((p2[i], b2[i]), (p1[i] + 1000, !b1[i]), "row {i}");
+            (p1[i], b1[i])
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    // Refused: flags of a probe side of payload words (split or with a second column: flags
+    // index ids), splitting 4-byte ids, a second column of another type than the ids, and a
+    // second column beside split words.
     let probe_words = Column::U64(probe_ids.iter().map(|&i| u64::from(i)).collect());
     for ids in [&probe_words, &probe_col] {
         let split_probe = CoSide {
             ids: Some(ids),
             split_words: true,
+            second: None,
             ..probe
         };
         let refused = b.copartition_join(&split_probe, &build, want_all);
+        assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
+    }
+    let no_flags = CoWant {
+        flags_len: None,
+        ..want_all
+    };
+    for (probe_side, want_it) in [
+        (with_second(&probe, &probe_second), want_all),
+        (with_second(&probe, &build_second), no_flags),
+        (
+            CoSide {
+                ids: Some(&probe_words),
+                split_words: true,
+                ..with_second(&probe, &probe_words)
+            },
+            no_flags,
+        ),
+    ] {
+        let refused = b.copartition_join(&probe_side, &build, want_it);
         assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     }
     assert_eq!(out.total, want.len() as u64);
@@ -251,12 +313,14 @@ fn copartition_join_on_hand_made_pieces() {
             pieces: &pp,
             ids: None,
             split_words: false,
+            second: None,
         },
         &CoSide {
             keys: &build_keys,
             pieces: &bp,
             ids: None,
             split_words: false,
+            second: None,
         },
         CoWant {
             pairs: true,
@@ -272,6 +336,7 @@ fn copartition_join_on_hand_made_pieces() {
         pieces,
         ids: None,
         split_words: false,
+        second: None,
     };
     assert!(matches!(
         b.copartition_join(&side(&other), &side(&bp), CoWant::default()),
@@ -286,6 +351,7 @@ fn copartition_join_on_hand_made_pieces() {
         pieces,
         ids: None,
         split_words: false,
+        second: None,
     };
     assert!(matches!(
         b.copartition_join(

@@ -145,7 +145,7 @@ fn materialized_payloads_match_the_reference() {
         .unwrap();
 }
 
-/// Narrow and 2+2 shapes, drawn per side (one u32 or u64 payload, two u32, u32 + u64):
+/// Narrow and 2+2 shapes, drawn per side (one u32 or u64 payload, two u32, two u64, u32 + u64):
 /// PHJ-OM's inner join writes the payloads in its match (no gather) where both sides have a
 /// shape it carries whole; every algorithm and kind, right keys as drawn and deduplicated
 /// under `right_unique`.
@@ -249,9 +249,10 @@ fn bad_input_is_a_typed_error() {
 }
 
 /// The payloads written by the match at a size where the one-pass match hands out runs of
-/// items from its counter (2^21 ⋈ 2^22, PK-FK): u64 keys with one u64 payload a side, u32 keys
-/// with two u32 payloads a side (interleaved, split by the match), and the two-pass (M:N)
-/// match of the latter; GPU == CPU.
+/// items from its counter (2^21 ⋈ 2^22, PK-FK): u64 keys with one u64 payload a side and with
+/// two (the second carried by a pass of its own), u32 keys with two u32 payloads a side
+/// (interleaved, split by the match), and the two-pass (M:N) match of the two-column shapes;
+/// GPU == CPU.
 #[cfg(feature = "cuda")]
 #[test]
 fn large_carried_payload_joins_match_the_cpu() {
@@ -266,6 +267,11 @@ fn large_carried_payload_joins_match_the_cpu() {
     let shape = [Shape::U64, Shape::U64];
     let want = shaped_rows(&CpuBackend::new(), &s, &r, &pk_fk, shape);
     assert_eq!(shaped_rows(&g, &s, &r, &pk_fk, shape), want);
+    let shape = [Shape::TwoU64, Shape::TwoU64];
+    for opts in [pk_fk, pk_fk.right_unique(false)] {
+        let want = shaped_rows(&CpuBackend::new(), &s, &r, &opts, shape);
+        assert_eq!(shaped_rows(&g, &s, &r, &opts, shape), want, "{opts:?}");
+    }
     let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 21, 5).unwrap();
     let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.7, 6).unwrap();
     let shape = [Shape::TwoU32, Shape::TwoU32];

@@ -143,11 +143,18 @@ pub enum Shape {
     U32,
     U64,
     TwoU32,
+    TwoU64,
     U32U64,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 4] = [Shape::U32, Shape::U64, Shape::TwoU32, Shape::U32U64];
+    pub const ALL: [Shape; 5] = [
+        Shape::U32,
+        Shape::U64,
+        Shape::TwoU32,
+        Shape::TwoU64,
+        Shape::U32U64,
+    ];
 
     /// Whether each column is 8 bytes wide.
     pub fn widths(self) -> &'static [bool] {
@@ -155,6 +162,7 @@ impl Shape {
             Shape::U32 => &[false],
             Shape::U64 => &[true],
             Shape::TwoU32 => &[false, false],
+            Shape::TwoU64 => &[true, true],
             Shape::U32U64 => &[false, true],
         }
     }
