@@ -104,8 +104,9 @@ pub type PairColumns<B> = (Vec<Column<B>>, Vec<Column<B>>);
 /// The result of a co-partition join.
 pub struct CoJoined<B: Backend> {
     /// (probe, build) output columns of every match, grouped by work item (compare as
-    /// multisets): a side's ids, one column of their type (`Column::U32` for rows), or with
-    /// [`CoSide::split_words`] their two halves.
+    /// multisets): a side's ids, one column of their type (`Column::U32` for rows), with
+    /// [`CoSide::split_words`] their two halves, or with a [`CoSide::second`] column the ids'
+    /// words and that column's.
     pub pairs: Option<PairColumns<B>>,
     /// Probe match flags, when asked for.
     pub flags: Option<B::Buf<u32>>,
