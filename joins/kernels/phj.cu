@@ -194,12 +194,17 @@ __device__ __forceinline__ void store_id(uint64_t out, uint64_t hi, uint64_t o, 
   ptr<W>(out)[o] = w;
 }
 
-// With a side's second carried column `second` (a wide join's other payload, partitioned in
-// the same order as the ids), copies its word of row `row` to output row `o` of `out`.
+// A side's second carried column `second` (a wide join's other payload, partitioned in the
+// same order as the ids, or 0): its word of row `row`, and the store of such a word `w` to
+// output row `o` of `out`.
 template <typename W>
-__device__ __forceinline__ void store_second(uint64_t second, uint64_t out, uint64_t row,
-                                             uint64_t o) {
-  if (second != 0) ptr<W>(out)[o] = ptr<const W>(second)[row];
+__device__ __forceinline__ W second_word(uint64_t second, uint64_t row) {
+  return second != 0 ? ptr<const W>(second)[row] : W(0);
+}
+
+template <typename W>
+__device__ __forceinline__ void store_second(uint64_t second, uint64_t out, uint64_t o, W w) {
+  if (second != 0) ptr<W>(out)[o] = w;
 }
 
 // Marks probe id `id` matched in `flags` (the caller checks that the pass has flags).
@@ -313,11 +318,13 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
       const PW pid = side_id(probe_ids, prow);
       uint64_t o = base + at;
       uint32_t b = head;
+      const PW pid2 = second_word<PW>(p.probe_second, prow);
       for (uint32_t i = 0; i < c; ++i, ++o) {
         store_id(p.out_probe, p.out_probe_hi, o, pid);
-        store_second<PW>(p.probe_second, p.out_probe_second, prow, o);
+        store_second(p.probe_second, p.out_probe_second, o, pid2);
         store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, it.build_begin + b));
-        store_second<BW>(p.build_second, p.out_build_second, it.build_begin + b, o);
+        store_second(p.build_second, p.out_build_second, o,
+                     second_word<BW>(p.build_second, it.build_begin + b));
         b = t.next[b];
       }
     }
@@ -464,9 +471,9 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
       const uint64_t o = round->base + round->hits[j][warp] + __popc(b & below);
       const uint64_t brow = it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu);
       store_id(p.out_probe, p.out_probe_hi, o, pid);
-      store_second<PW>(p.probe_second, p.out_probe_second, row, o);
+      store_second(p.probe_second, p.out_probe_second, o, second_word<PW>(p.probe_second, row));
       store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, brow));
-      store_second<BW>(p.build_second, p.out_build_second, brow, o);
+      store_second(p.build_second, p.out_build_second, o, second_word<BW>(p.build_second, brow));
     }
   }
   __syncthreads();  // the next round reuses `round`

@@ -16,11 +16,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use joinkit_cuda::{
-    Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result, hash, map_column,
-};
+use joinkit_cuda::{Backend, Buffer, Column, CpuBackend, Element, Error, Key, Result, hash};
 use joinkit_partition::{BucketChains, NO_BUCKET, Partitioner};
-use joinkit_primitives::{Bounds, Gather, Interleave};
+use joinkit_primitives::Interleave;
 use rayon::prelude::*;
 
 /// Seed of the key mix ([`CoPartitionJoin::mix_keys`]); the same on every backend.
@@ -171,7 +169,8 @@ pub trait CoPartitionJoin: Backend {
     /// On CUDA: a count pass, a 64-bit scan, then a write pass of exactly that many pairs.
     ///
     /// # Errors
-    /// [`Error::LengthMismatch`] when the sides' partition counts differ;
+    /// [`Error::LengthMismatch`] when the sides' partition counts differ, or a side's ids or
+    /// [`CoSide::second`] column is not as long as its keys;
     /// [`Error::InvalidArgument`] for build pieces longer than the backend's tables hold
     /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU), for
     /// ids of a signed type, for [`CoSide::split_words`] on ids that are not `Column::U64`,
@@ -706,10 +705,9 @@ fn side_columns<K: Key>(
     side: &CoSide<'_, CpuBackend, K>,
 ) -> Result<Vec<Column<CpuBackend>>> {
     Ok(match (words, side.ids, side.second) {
-        (Column::U32(positions), Some(first), Some(second)) => [first, second]
-            .into_iter()
-            .map(|c| Ok(map_column!(c, c, T => b.gather::<T, u32>(c, &positions, Bounds::Trust)?)))
-            .collect::<Result<_>>()?,
+        (Column::U32(positions), Some(first), Some(second)) => {
+            crate::join::gather_columns(b, [first, second], &positions)?
+        }
         (Column::U64(w), ..) if side.split_words => {
             let (lo, hi) = b.deinterleave(&w)?;
             vec![Column::U32(lo), Column::U32(hi)]

@@ -527,12 +527,12 @@ pub fn join_rows<B: JoinBackend, K: Key>(
 }
 
 /// Gathers every column of `cols` by `map` (the map's ids are valid by construction).
-pub(crate) fn gather_columns<B: JoinBackend>(
+pub(crate) fn gather_columns<'a, B: JoinBackend>(
     b: &B,
-    cols: &[Column<B>],
+    cols: impl IntoIterator<Item = &'a Column<B>>,
     map: &B::Buf<u32>,
 ) -> Result<Vec<Column<B>>> {
-    cols.iter()
+    cols.into_iter()
         .map(|c| Ok(map_column!(c, c, T => b.gather::<T, u32>(c, map, Bounds::Trust)?)))
         .collect()
 }

@@ -32,9 +32,9 @@
 //!   (two `u32` interleaved into one 8-byte word: one CUB pass with 8-byte values costs less
 //!   than partitioning the second column again; a second `u64` column partitioned in a pass
 //!   of its own) and the match writes them in place of ids, split back into their columns or
-//!   copied from the second one (by the CUDA kernels as they write; by the CPU twin after
-//!   matching): no positions, no gathers (H200, 2^27 ⋈ 2^28 4 B and 8 B 2+2 wide: see
-//!   docs/results/joins.md).
+//!   copied from the second one (by the CUDA kernels as they write, with no positions and no
+//!   gathers; by the CPU twin after matching, by position for a second column) (H200,
+//!   2^27 ⋈ 2^28 4 B and 8 B 2+2 wide: see docs/results/joins.md).
 //! - **PHJ-UM**: one bucket-chain pass (Sioulas et al.), buckets as build pieces and probe
 //!   chunks, row ids carried and written by the match, payloads gathered from the inputs. The
 //!   bucket-chain partition offers at most 2^10 partitions per pass and no second pass, so when
@@ -75,7 +75,8 @@ impl<B: Backend> Layout<'_, B> {
     /// Whether the match can write all of `cols` in place of ids: one `Column::U32` or
     /// `Column::U64`, two `Column::U32` interleaved into one 8-byte word a row (so a 2+2
     /// wide join carries both payloads through one partition), or two `Column::U64`, the
-    /// second partitioned in a pass of its own; either way nothing is gathered.
+    /// second partitioned in a pass of its own; either way the CUDA match gathers nothing (the
+    /// CPU twin gathers a second column's pair by position inside its match).
     pub(crate) fn carries_all(cols: &[Column<B>]) -> bool {
         matches!(
             cols,
@@ -322,6 +323,11 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
             .map(|c| partition_column(b, keys, c, bits.clone()))
             .transpose()
     };
+    // The left side, partitioned on `keys` with its carried words.
+    let part_left = |keys: &B::Buf<K>| {
+        let words_l = Carried::of(b, carry_l)?;
+        Ok::<_, Error>((part(keys, &words_l)?, second(keys, &words_l)?))
+    };
     let (pl, pr, rp, mixed, (second_l, second_r)) = ph.run("transform", || {
         let words_r = Carried::of(b, carry_r)?;
         let pr = part(right, &words_r)?;
@@ -329,9 +335,7 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
         if rp.max_per_partition <= 1 {
             let sr = second(right, &words_r)?;
             drop(words_r);
-            let words_l = Carried::of(b, carry_l)?;
-            let pl = part(left, &words_l)?;
-            let sl = second(left, &words_l)?;
+            let (pl, sl) = part_left(left)?;
             return Ok((pl, pr, rp, None, (sl, sr)));
         }
         drop((pr, rp));
@@ -341,9 +345,7 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
         drop(words_r);
         let rp = b.contiguous_pieces(&pr.offsets, cap)?;
         let ml = b.mix_keys(left)?;
-        let words_l = Carried::of(b, carry_l)?;
-        let pl = part(&ml, &words_l)?;
-        let sl = second(&ml, &words_l)?;
+        let (pl, sl) = part_left(&ml)?;
         Ok((pl, pr, rp, Some((ml, mr)), (sl, sr)))
     })?;
     let (pairs, left_only) = ph.run("match", || {

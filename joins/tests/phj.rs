@@ -98,8 +98,9 @@ fn check<K: Key + Arbitrary>() {
 
 /// An inner PHJ-OM join of two payloads a side, carried through the partition (tiny pieces:
 /// also through the mixed-key fallback): two u32 interleaved and split by the match, or two
-/// u64, the second partitioned in its own pass; equals the reference's rows, and nothing is
-/// gathered (no materialize phase).
+/// u64, the second partitioned in its own pass; equals the reference's rows, with no
+/// materialize phase (the CPU twin's gather by position of a second column is part of its
+/// match).
 fn paired_payloads<K: Key>(l: &[K], r: &[K], unique: bool) -> Result<(), TestCaseError> {
     let b = CpuBackend::new();
     let opts = JoinOptions::new(JoinKind::Inner)
@@ -264,8 +265,8 @@ fn copartition_join_on_hand_made_pieces() {
     got.sort_unstable();
     assert_eq!(got, want);
     // Refused: flags of a probe side of payload words (split or with a second column: flags
-    // index ids), splitting 4-byte ids, a second column of another type than the ids, and a
-    // second column beside split words.
+    // index ids), splitting 4-byte ids, a second column shorter than the keys, of another type
+    // than the ids, or beside split words.
     let probe_words = Column::U64(probe_ids.iter().map(|&i| u64::from(i)).collect());
     for ids in [&probe_words, &probe_col] {
         let split_probe = CoSide {
@@ -281,6 +282,9 @@ fn copartition_join_on_hand_made_pieces() {
         flags_len: None,
         ..want_all
     };
+    let short_second = Column::U32(vec![0; probe_keys.len() - 1]);
+    let refused = b.copartition_join(&with_second(&probe, &short_second), &build, no_flags);
+    assert!(matches!(refused.err(), Some(Error::LengthMismatch { .. })));
     for (probe_side, want_it) in [
         (with_second(&probe, &probe_second), want_all),
         (with_second(&probe, &build_second), no_flags),
