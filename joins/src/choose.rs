@@ -12,15 +12,18 @@
 //!    benchmarked cases has it, so it is not calibrated.)
 //! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
-//!    (4 B 2+2 wide, since PHJ-OM's match writes both payload pairs: at match ratio 0.1 PHJ-UM
-//!    11.8 ms against PHJ-OM 13.0; at 0.3 PHJ-OM 14.0 against 16.8; at 0.5 14.2 against 21.7.
-//!    So its crossover is near 0.15–0.2; the threshold stays at 0.25, measured near the
-//!    crossover of the wide shapes PHJ-OM still partitions column by column (4 B 2+2 before
-//!    its match wrote the pairs: PHJ-UM 14.8 against 20.5 ms at 0.1, within 2.5 % at 0.3), so
-//!    4 B 2+2 joins between 0.16 and 0.25 run GFUR a few per cent slower. GFUR won up to 0.5
-//!    before the partition passes ran on CUB.) Not on the CPU, whose bucket-chain
-//!    partition makes PHJ-UM the slower at every ratio measured
-//!    ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and the match ratio is not sampled).
+//!    Where the two cross depends on what GFTR's transform moves beyond GFUR's row ids, so
+//!    there are two thresholds. Payloads PHJ-OM carries as one word a side (at most
+//!    [`ONE_WORD_BYTES`]): 4 B 2+2 wide at match ratio 0.1 PHJ-UM 11.8 ms against PHJ-OM
+//!    13.0, at 0.3 PHJ-OM 14.0 against 16.8; 8 B narrow at 0.1 13.5 against 13.4, at 0.3
+//!    PHJ-OM 13.6 against 16.5: threshold 0.2. Wider payloads, which PHJ-OM moves through
+//!    further partition passes (a second `u64` column, or column by column): 4 B 3+3 at 0.3
+//!    PHJ-UM 21.8 against 24.1, at 0.5 PHJ-OM 26.1 against 29.9 (crossover near 0.38); 8 B
+//!    2+2 at 0.4 PHJ-UM 24.0 against 27.5, at 0.6 PHJ-OM 28.6 against 29.9 (near 0.53):
+//!    threshold 0.45 (a single threshold of 0.25 had Auto 35 % behind PHJ-UM on 8 B 2+2 at
+//!    0.3). Not on the CPU, whose bucket-chain partition makes PHJ-UM the slower at every
+//!    ratio measured ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and the match ratio
+//!    is not sampled).
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
 //!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
 //!    and on the CPU.
@@ -62,6 +65,10 @@ pub struct JoinInputStats {
     pub right_top_key_share: f64,
 }
 
+/// Payload bytes a side that PHJ-OM carries through its partition as one word (one column, or
+/// two `u32` interleaved); wider payloads take further partition passes.
+pub const ONE_WORD_BYTES: usize = 8;
+
 /// The thresholds of [`choose`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChoiceParams {
@@ -70,8 +77,11 @@ pub struct ChoiceParams {
     pub cached_table_bytes: usize,
     /// Output payload bytes per row (both sides together) from which GFUR can pay.
     pub wide_payload_bytes: usize,
-    /// Below this match ratio, a wide join runs GFUR (PHJ-UM); 0: never.
+    /// Below this match ratio, a wide join whose payloads are at most
+    /// [`ONE_WORD_BYTES`] a side runs GFUR (PHJ-UM); 0: never.
     pub gfur_match_ratio: f64,
+    /// Below this match ratio, a join with more payload bytes on a side runs GFUR; 0: never.
+    pub gfur_match_ratio_wider: f64,
     /// Top-key shares from which both sides count as skewed on one key.
     pub skew_share: f64,
 }
@@ -85,6 +95,7 @@ impl ChoiceParams {
             cached_table_bytes: b.cached_table_bytes().unwrap_or(0),
             wide_payload_bytes: 16,
             gfur_match_ratio: b.gfur_match_ratio(),
+            gfur_match_ratio_wider: b.gfur_match_ratio_wider(),
             skew_share: 0.01,
         }
     }
@@ -93,7 +104,17 @@ impl ChoiceParams {
     /// sides): for wide joins, where GFUR can win on this backend. Sampling it costs a read of
     /// the right keys.
     pub fn wants_match_ratio(&self, payload_bytes: usize) -> bool {
-        self.is_wide(payload_bytes) && self.gfur_match_ratio > 0.0
+        self.is_wide(payload_bytes)
+            && (self.gfur_match_ratio > 0.0 || self.gfur_match_ratio_wider > 0.0)
+    }
+
+    /// The GFUR threshold for sides of `left` and `right` payload bytes.
+    pub fn gfur_threshold(&self, left: usize, right: usize) -> f64 {
+        if left.max(right) <= ONE_WORD_BYTES {
+            self.gfur_match_ratio
+        } else {
+            self.gfur_match_ratio_wider
+        }
     }
 
     /// Whether the global hash table of a build side of `right_rows` (16 bytes a row at load
@@ -120,9 +141,8 @@ pub fn choose(stats: &JoinInputStats, params: &ChoiceParams) -> Algorithm {
         return Algorithm::SmjOm;
     }
     let wide = params.is_wide(stats.left_payload_bytes + stats.right_payload_bytes);
-    let few_matches = stats
-        .match_ratio
-        .is_some_and(|r| r < params.gfur_match_ratio);
+    let threshold = params.gfur_threshold(stats.left_payload_bytes, stats.right_payload_bytes);
+    let few_matches = stats.match_ratio.is_some_and(|r| r < threshold);
     if wide && few_matches {
         return Algorithm::PhjUm;
     }
@@ -246,6 +266,7 @@ mod tests {
             cached_table_bytes: 16 << 20,
             wide_payload_bytes: 16,
             gfur_match_ratio: 0.5,
+            gfur_match_ratio_wider: 0.7,
             skew_share: 0.01,
         };
         assert_eq!(choose(&stats(1000, 4, 1.0), &p), Algorithm::NphjOpen);
@@ -254,6 +275,12 @@ mod tests {
         assert_eq!(choose(&stats(1 << 27, 8, 1.0), &p), Algorithm::PhjOm);
         assert_eq!(choose(&stats(1 << 27, 8, 0.5), &p), Algorithm::PhjOm);
         assert_eq!(choose(&stats(1 << 27, 8, 0.3), &p), Algorithm::PhjUm);
+        // Wider than one word a side: the wider threshold.
+        assert_eq!(choose(&stats(1 << 27, 16, 0.6), &p), Algorithm::PhjUm);
+        assert_eq!(choose(&stats(1 << 27, 16, 0.7), &p), Algorithm::PhjOm);
+        let mut one_wide_side = stats(1 << 27, 8, 0.6);
+        one_wide_side.right_payload_bytes = 12;
+        assert_eq!(choose(&one_wide_side, &p), Algorithm::PhjUm);
         let mut skewed = stats(1 << 27, 4, 1.0);
         skewed.left_top_key_share = 0.2;
         assert_eq!(choose(&skewed, &p), Algorithm::PhjOm);

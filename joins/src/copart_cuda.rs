@@ -418,8 +418,15 @@ impl CoPartitionJoin for CudaBackend {
     }
 
     fn gfur_match_ratio(&self) -> f64 {
-        // H200, 4 B 2+2 wide: PHJ-UM wins clearly at 0.1, PHJ-OM from 0.3 (choose.rs).
-        0.25
+        // H200, 4 B 2+2 wide and 8 B narrow: PHJ-UM wins at 0.1 (or ties), PHJ-OM from 0.3
+        // (choose.rs).
+        0.2
+    }
+
+    fn gfur_match_ratio_wider(&self) -> f64 {
+        // H200: crossovers near 0.38 (4 B 3+3, partitioned column by column) and 0.53 (8 B
+        // 2+2, the second column in a pass of its own) (choose.rs).
+        0.45
     }
 
     fn build_capacity<K: Key>(&self) -> usize {
