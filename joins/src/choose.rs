@@ -12,18 +12,19 @@
 //!    benchmarked cases has it, so it is not calibrated.)
 //! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
-//!    Where the two cross depends on what GFTR's transform moves beyond GFUR's row ids, so
-//!    there are two thresholds. Payloads PHJ-OM carries as one word a side (at most
-//!    [`ONE_WORD_BYTES`]): 4 B 2+2 wide at match ratio 0.1 PHJ-UM 11.8 ms against PHJ-OM
-//!    13.0, at 0.3 PHJ-OM 14.0 against 16.8; 8 B narrow at 0.1 13.5 against 13.4, at 0.3
-//!    PHJ-OM 13.6 against 16.5: threshold 0.2. Wider payloads, which PHJ-OM moves through
-//!    further partition passes (a second `u64` column, or column by column): 4 B 3+3 at 0.3
-//!    PHJ-UM 21.8 against 24.1, at 0.5 PHJ-OM 26.1 against 29.9 (crossover near 0.38); 8 B
-//!    2+2 at 0.4 PHJ-UM 24.0 against 27.5, at 0.6 PHJ-OM 28.6 against 29.9 (near 0.53):
-//!    threshold 0.45 (a single threshold of 0.25 had Auto 35 % behind PHJ-UM on 8 B 2+2 at
-//!    0.3). Not on the CPU, whose bucket-chain partition makes PHJ-UM the slower at every
-//!    ratio measured ([`CoPartitionJoin::gfur_match_ratio`] is 0 there, and the match ratio
-//!    is not sampled).
+//!    Where the two cross grows with what GFTR's transform moves beyond GFUR's 4-byte row
+//!    ids, so the threshold grows with the wider side's payload bytes (0.05 a byte beyond 4 on
+//!    CUDA, at most 0.6). H200 crossovers: 8 bytes a side, 0.15–0.2 (4 B 2+2: at match ratio
+//!    0.1 PHJ-UM 11.8 ms against PHJ-OM 13.0, at 0.3 PHJ-OM 14.0 against 16.8; 8 B narrow:
+//!    13.5 against 13.4 at 0.1, PHJ-OM 13.6 against 16.5 at 0.3): threshold 0.2; 12 bytes
+//!    (4 B 3+3, partitioned column by column), 0.38–0.45 (at 0.3 PHJ-UM 20.8–21.8 against
+//!    24.1–24.3, at 0.5 PHJ-OM 25.8–26.1 against 28.1–29.9): 0.4; 16 bytes (8 B 2+2, the
+//!    second `u64` column in a pass of its own), 0.53–0.63 (at 0.5 PHJ-UM 26.0–27.0 against
+//!    28.0–28.9, at 0.7 PHJ-OM 28.5–29.4 against 31.3–32.8): 0.6. A single threshold of 0.25
+//!    had Auto 35 % behind PHJ-UM on 8 B 2+2 at 0.3. Not on the CPU, whose bucket-chain
+//!    partition makes PHJ-UM the slower at every ratio measured
+//!    ([`CoPartitionJoin::gfur_ratio_per_payload_byte`] is 0 there, and the match ratio is
+//!    not sampled).
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
 //!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
 //!    and on the CPU.
@@ -65,10 +66,6 @@ pub struct JoinInputStats {
     pub right_top_key_share: f64,
 }
 
-/// Payload bytes a side that PHJ-OM carries through its partition as one word (one column, or
-/// two `u32` interleaved); wider payloads take further partition passes.
-pub const ONE_WORD_BYTES: usize = 8;
-
 /// The thresholds of [`choose`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChoiceParams {
@@ -77,25 +74,25 @@ pub struct ChoiceParams {
     pub cached_table_bytes: usize,
     /// Output payload bytes per row (both sides together) from which GFUR can pay.
     pub wide_payload_bytes: usize,
-    /// Below this match ratio, a wide join whose payloads are at most
-    /// [`ONE_WORD_BYTES`] a side runs GFUR (PHJ-UM); 0: never.
-    pub gfur_match_ratio: f64,
-    /// Below this match ratio, a join with more payload bytes on a side runs GFUR; 0: never.
-    pub gfur_match_ratio_wider: f64,
+    /// A wide join runs GFUR (PHJ-UM) below a match ratio of this much per payload byte of
+    /// its wider side beyond 4 ([`ChoiceParams::gfur_threshold`]); 0: never.
+    pub gfur_ratio_per_payload_byte: f64,
+    /// The highest such threshold (the highest crossover measured).
+    pub gfur_max_ratio: f64,
     /// Top-key shares from which both sides count as skewed on one key.
     pub skew_share: f64,
 }
 
 impl ChoiceParams {
     /// The thresholds for `b`: its cache size (see [`CoPartitionJoin::cached_table_bytes`]) and
-    /// GFUR's match ratio ([`CoPartitionJoin::gfur_match_ratio`]), and the payload and skew
+    /// GFUR's match ratios ([`CoPartitionJoin::gfur_ratio_per_payload_byte`]), and the payload and skew
     /// thresholds measured on the H200.
     pub fn for_backend<B: CoPartitionJoin>(b: &B) -> Self {
         Self {
             cached_table_bytes: b.cached_table_bytes().unwrap_or(0),
             wide_payload_bytes: 16,
-            gfur_match_ratio: b.gfur_match_ratio(),
-            gfur_match_ratio_wider: b.gfur_match_ratio_wider(),
+            gfur_ratio_per_payload_byte: b.gfur_ratio_per_payload_byte(),
+            gfur_max_ratio: 0.6,
             skew_share: 0.01,
         }
     }
@@ -104,17 +101,15 @@ impl ChoiceParams {
     /// sides): for wide joins, where GFUR can win on this backend. Sampling it costs a read of
     /// the right keys.
     pub fn wants_match_ratio(&self, payload_bytes: usize) -> bool {
-        self.is_wide(payload_bytes)
-            && (self.gfur_match_ratio > 0.0 || self.gfur_match_ratio_wider > 0.0)
+        self.is_wide(payload_bytes) && self.gfur_ratio_per_payload_byte > 0.0
     }
 
-    /// The GFUR threshold for sides of `left` and `right` payload bytes.
+    /// The match ratio below which a join of `left` and `right` payload bytes a row runs GFUR:
+    /// [`ChoiceParams::gfur_ratio_per_payload_byte`] for each byte of the wider side beyond a
+    /// 4-byte row id, at most [`ChoiceParams::gfur_max_ratio`].
     pub fn gfur_threshold(&self, left: usize, right: usize) -> f64 {
-        if left.max(right) <= ONE_WORD_BYTES {
-            self.gfur_match_ratio
-        } else {
-            self.gfur_match_ratio_wider
-        }
+        let beyond_row_id = left.max(right).saturating_sub(4) as f64;
+        (self.gfur_ratio_per_payload_byte * beyond_row_id).min(self.gfur_max_ratio)
     }
 
     /// Whether the global hash table of a build side of `right_rows` (16 bytes a row at load
@@ -265,8 +260,8 @@ mod tests {
         let p = ChoiceParams {
             cached_table_bytes: 16 << 20,
             wide_payload_bytes: 16,
-            gfur_match_ratio: 0.5,
-            gfur_match_ratio_wider: 0.7,
+            gfur_ratio_per_payload_byte: 0.125,
+            gfur_max_ratio: 0.7,
             skew_share: 0.01,
         };
         assert_eq!(choose(&stats(1000, 4, 1.0), &p), Algorithm::NphjOpen);
@@ -275,12 +270,15 @@ mod tests {
         assert_eq!(choose(&stats(1 << 27, 8, 1.0), &p), Algorithm::PhjOm);
         assert_eq!(choose(&stats(1 << 27, 8, 0.5), &p), Algorithm::PhjOm);
         assert_eq!(choose(&stats(1 << 27, 8, 0.3), &p), Algorithm::PhjUm);
-        // Wider than one word a side: the wider threshold.
+        // Wider sides, higher thresholds (0.125 a byte beyond 4: 0.5 at 8 bytes), capped at
+        // 0.7; the wider side decides.
         assert_eq!(choose(&stats(1 << 27, 16, 0.6), &p), Algorithm::PhjUm);
         assert_eq!(choose(&stats(1 << 27, 16, 0.7), &p), Algorithm::PhjOm);
         let mut one_wide_side = stats(1 << 27, 8, 0.6);
         one_wide_side.right_payload_bytes = 12;
         assert_eq!(choose(&one_wide_side, &p), Algorithm::PhjUm);
+        assert!((p.gfur_threshold(8, 6) - 0.5).abs() < 1e-12);
+        assert_eq!(p.gfur_threshold(2, 0), 0.0);
         let mut skewed = stats(1 << 27, 4, 1.0);
         skewed.left_top_key_share = 0.2;
         assert_eq!(choose(&skewed, &p), Algorithm::PhjOm);
@@ -305,7 +303,7 @@ mod tests {
             .chain(std::iter::repeat_n(7, 13_333))
             .collect();
         let p = ChoiceParams {
-            gfur_match_ratio: 0.5,
+            gfur_ratio_per_payload_byte: 0.05,
             ..ChoiceParams::for_backend(&b)
         };
         let s = sample_stats(&b, &left, &right, 8, 8, &p).unwrap();

@@ -121,21 +121,13 @@ pub trait CoPartitionJoin: Backend {
     /// at every size measured (the CPU).
     fn cached_table_bytes(&self) -> Option<usize>;
 
-    /// The match ratio below which a wide join's GFUR (PHJ-UM: gather only the matches'
-    /// payloads) beats GFTR (PHJ-OM: transform every payload column) on this backend, for
-    /// payloads that PHJ-OM carries as one word a side (at most 8 bytes a side: one column,
-    /// or two `u32` interleaved); 0 where GFUR never wins (the CPU, whose bucket-chain
-    /// partition is slow: 2^20 ⋈ 2^21, 2+2 wide, match ratio 0.1, PHJ-UM 426 ms against PHJ-OM
-    /// 140 ms on 2 cores).
-    fn gfur_match_ratio(&self) -> f64;
-
-    /// As [`CoPartitionJoin::gfur_match_ratio`], for wider payloads (more than 8 bytes a
-    /// side), which PHJ-OM moves through further partition passes: its transform costs more,
-    /// so GFUR wins up to higher match ratios. The same threshold unless a backend measured
-    /// otherwise.
-    fn gfur_match_ratio_wider(&self) -> f64 {
-        self.gfur_match_ratio()
-    }
+    /// How GFUR's (PHJ-UM: gather only the matches' payloads) edge over GFTR (PHJ-OM:
+    /// transform every payload column) grows with the payloads on this backend: the match
+    /// ratio below which GFUR wins, per payload byte of the wider side beyond a 4-byte row id
+    /// (GFTR's transform moves those bytes, GFUR's only row ids); 0 where GFUR never wins (the
+    /// CPU, whose bucket-chain partition is slow: 2^20 ⋈ 2^21, 2+2 wide, match ratio 0.1,
+    /// PHJ-UM 426 ms against PHJ-OM 140 ms on 2 cores).
+    fn gfur_ratio_per_payload_byte(&self) -> f64;
 
     /// Most rows of a build piece, for keys of type `K`: what one work item's table holds (on
     /// CUDA, from the shared memory the device offers; on the CPU, what stays in cache).
@@ -514,7 +506,7 @@ impl CoPartitionJoin for CpuBackend {
         None
     }
 
-    fn gfur_match_ratio(&self) -> f64 {
+    fn gfur_ratio_per_payload_byte(&self) -> f64 {
         0.0
     }
 

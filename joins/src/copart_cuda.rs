@@ -417,16 +417,10 @@ impl CoPartitionJoin for CudaBackend {
         Some(self.info().l2_bytes + (self.info().l2_bytes >> 3))
     }
 
-    fn gfur_match_ratio(&self) -> f64 {
-        // H200, 4 B 2+2 wide and 8 B narrow: PHJ-UM wins at 0.1 (or ties), PHJ-OM from 0.3
-        // (choose.rs).
-        0.2
-    }
-
-    fn gfur_match_ratio_wider(&self) -> f64 {
-        // H200: crossovers near 0.38 (4 B 3+3, partitioned column by column) and 0.53 (8 B
-        // 2+2, the second column in a pass of its own) (choose.rs).
-        0.45
+    fn gfur_ratio_per_payload_byte(&self) -> f64 {
+        // H200 crossovers: 0.15-0.2 at 8 payload bytes a side (4 B 2+2, 8 B narrow), 0.38-0.45
+        // at 12 (4 B 3+3), 0.53-0.63 at 16 (8 B 2+2): about 0.05 per byte beyond 4 (choose.rs).
+        0.05
     }
 
     fn build_capacity<K: Key>(&self) -> usize {

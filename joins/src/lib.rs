@@ -55,7 +55,7 @@ mod sequence;
 mod spec;
 mod stats;
 
-pub use choose::{ChoiceParams, JoinInputStats, ONE_WORD_BYTES, SAMPLE_ROWS, choose, sample_stats};
+pub use choose::{ChoiceParams, JoinInputStats, SAMPLE_ROWS, choose, sample_stats};
 pub use chunk::{
     ColumnChunks, RowChunks, join_columns_chunked, join_rows_chunked, output_row_bytes,
 };
