@@ -84,8 +84,9 @@ pub struct ChoiceParams {
 }
 
 impl ChoiceParams {
-    /// The thresholds for `b`: its cache size (see [`CoPartitionJoin::cached_table_bytes`]) and
-    /// GFUR's match ratios ([`CoPartitionJoin::gfur_ratio_per_payload_byte`]), and the payload and skew
+    /// The thresholds for `b`: its cache size (see [`CoPartitionJoin::cached_table_bytes`]),
+    /// GFUR's match ratio per payload byte
+    /// ([`CoPartitionJoin::gfur_ratio_per_payload_byte`]), and the payload, GFUR cap and skew
     /// thresholds measured on the H200.
     pub fn for_backend<B: CoPartitionJoin>(b: &B) -> Self {
         Self {

@@ -7,7 +7,7 @@
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, Column, CpuBackend, Error, JoinKind,
-    JoinOptions, NULL_ROW, join_columns, join_rows, set_cpu_phj_limits,
+    JoinOptions, NULL_ROW, Pieces, join_columns, join_rows, set_cpu_phj_limits,
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
@@ -135,6 +135,22 @@ fn tiny_pieces_u64() {
     check::<u64>();
 }
 
+/// A co-partition side naming its rows by `ids` (or by row when `None`), whole words, no
+/// second column.
+fn plain_side<'a>(
+    keys: &'a Vec<u32>,
+    pieces: &'a Pieces<CpuBackend>,
+    ids: Option<&'a Column<CpuBackend>>,
+) -> CoSide<'a, CpuBackend, u32> {
+    CoSide {
+        keys,
+        pieces,
+        ids,
+        split_words: false,
+        second: None,
+    }
+}
+
 /// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
 /// ids through maps (4-byte probe ids, 8-byte build ids), flags, split words and second
 /// columns; pairs equal the per-partition nested loop. Signed ids are refused.
@@ -160,20 +176,8 @@ fn copartition_join_on_hand_made_pieces() {
         flags_len: Some(9),
         unique_build: false,
     };
-    let probe = CoSide {
-        keys: &probe_keys,
-        pieces: &pp,
-        ids: Some(&probe_col),
-        split_words: false,
-        second: None,
-    };
-    let build = CoSide {
-        keys: &build_keys,
-        pieces: &bp,
-        ids: Some(&build_col),
-        split_words: false,
-        second: None,
-    };
+    let probe = plain_side(&probe_keys, &pp, Some(&probe_col));
+    let build = plain_side(&build_keys, &bp, Some(&build_col));
     let out = b.copartition_join(&probe, &build, want_all).unwrap();
     let signed = Column::I32(vec![0i32; 7]);
     let refused = b.copartition_join(
@@ -312,20 +316,8 @@ fn copartition_join_on_hand_made_pieces() {
     // The build side's duplicate key inside one piece (rows 0 and 2 are in different pieces;
     // rows 5 and 6 share one).
     let dup = b.copartition_join(
-        &CoSide {
-            keys: &probe_keys,
-            pieces: &pp,
-            ids: None,
-            split_words: false,
-            second: None,
-        },
-        &CoSide {
-            keys: &build_keys,
-            pieces: &bp,
-            ids: None,
-            split_words: false,
-            second: None,
-        },
+        &plain_side(&probe_keys, &pp, None),
+        &plain_side(&build_keys, &bp, None),
         CoWant {
             pairs: true,
             flags_len: None,
@@ -335,13 +327,7 @@ fn copartition_join_on_hand_made_pieces() {
     assert_eq!(dup.err(), Some(Error::DuplicateKey { side: "build" }));
     // Mismatched fan-outs and oversized build pieces are typed errors.
     let other = b.contiguous_pieces(&vec![0, 9], 3).unwrap();
-    let side = |pieces| CoSide {
-        keys: &probe_keys,
-        pieces,
-        ids: None,
-        split_words: false,
-        second: None,
-    };
+    let side = |pieces| plain_side(&probe_keys, pieces, None);
     assert!(matches!(
         b.copartition_join(&side(&other), &side(&bp), CoWant::default()),
         Err(Error::LengthMismatch { .. })
@@ -350,13 +336,7 @@ fn copartition_join_on_hand_made_pieces() {
     let long_keys = vec![5u32; long];
     let huge = b.contiguous_pieces(&vec![0, long as u64], long).unwrap();
     let huge_probe = b.contiguous_pieces(&vec![0, long as u64], 7).unwrap();
-    let long_side = |pieces| CoSide {
-        keys: &long_keys,
-        pieces,
-        ids: None,
-        split_words: false,
-        second: None,
-    };
+    let long_side = |pieces| plain_side(&long_keys, pieces, None);
     assert!(matches!(
         b.copartition_join(
             &long_side(&huge_probe),
