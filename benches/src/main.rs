@@ -80,7 +80,8 @@ struct Common {
     #[arg(long, global = true, value_parser = sweep::parse_axis)]
     sweep: Vec<Axis>,
     /// Directory for `<name>.jsonl` (every row with the device, git revision and command
-    /// line) and the plots `<name>.svg` and `.png`.
+    /// line) and the plots `<name>.svg` and `.png`; each run replaces its three files (give
+    /// runs to keep apart their own `--name`, or one run several values with `--sweep`).
     #[arg(long, global = true, default_value = "target/joinkit-bench")]
     out_dir: PathBuf,
     /// Stem of the output files instead of the subcommand's name (for example `join-h200`).

@@ -99,20 +99,29 @@ impl Budget {
     /// [`Error::SizeOverflow`] when its bytes overflow 64 bits; [`Error::OutputOverBudget`]
     /// when they are over the limit.
     pub(crate) fn check(&self, rows: u64) -> Result<()> {
-        let Some(budget) = self.limit else {
-            return Ok(());
-        };
-        let bytes = rows
-            .checked_mul(self.row_bytes)
-            .ok_or(Error::SizeOverflow("join output bytes"))?;
-        if bytes > budget {
-            return Err(Error::OutputOverBudget {
+        match self.max_rows() {
+            Some(most) if rows > most => Err(self.over(rows)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The most output rows the limit holds (`None`: any number).
+    pub(crate) fn max_rows(&self) -> Option<u64> {
+        let budget = self.limit?;
+        budget.checked_div(self.row_bytes)
+    }
+
+    /// The error for an output of `rows` rows over the limit: [`Error::OutputOverBudget`], or
+    /// [`Error::SizeOverflow`] when its bytes overflow 64 bits.
+    pub(crate) fn over(&self, rows: u64) -> Error {
+        match rows.checked_mul(self.row_bytes) {
+            Some(bytes) => Error::OutputOverBudget {
                 rows,
                 bytes,
-                budget,
-            });
+                budget: self.limit.unwrap_or(0),
+            },
+            None => Error::SizeOverflow("join output bytes"),
         }
-        Ok(())
     }
 
     /// Rows of a chunk: as many as the limit holds, counted at `chunk_row_bytes` a row, and at

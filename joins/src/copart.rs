@@ -55,7 +55,9 @@ impl<B: Backend> Pieces<B> {
     }
 }
 
-/// One side of a co-partitioned join.
+/// One side of a co-partitioned join. Made by [`CoSide::new`] and the `with_*` methods, so
+/// that a field added later breaks no caller.
+#[non_exhaustive]
 pub struct CoSide<'a, B: Backend, K: Key> {
     /// The side's keys in partitioned order (the input keys, or their
     /// [`CoPartitionJoin::mix_keys`] form; any keys work).
@@ -80,8 +82,53 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     pub second: Option<&'a Column<B>>,
 }
 
-/// What a co-partition join produces.
+// By hand: a derive would ask `B: Copy`, and every field is a reference or a flag.
+impl<B: Backend, K: Key> Clone for CoSide<'_, B, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend, K: Key> Copy for CoSide<'_, B, K> {}
+
+impl<'a, B: Backend, K: Key> CoSide<'a, B, K> {
+    /// A side whose rows the output names by position in `keys`, with no carried column.
+    pub fn new(keys: &'a B::Buf<K>, pieces: &'a Pieces<B>) -> Self {
+        Self {
+            keys,
+            pieces,
+            ids: None,
+            split_words: false,
+            second: None,
+        }
+    }
+
+    /// The side named by `ids` (see the field), or by position when `None`.
+    #[must_use]
+    pub fn with_ids(self, ids: Option<&'a Column<B>>) -> Self {
+        Self { ids, ..self }
+    }
+
+    /// Whether `ids` are words of two 4-byte payloads (see the field).
+    #[must_use]
+    pub fn with_split_words(self, split_words: bool) -> Self {
+        Self {
+            split_words,
+            ..self
+        }
+    }
+
+    /// A second carried column beside `ids` (see the field), or none.
+    #[must_use]
+    pub fn with_second(self, second: Option<&'a Column<B>>) -> Self {
+        Self { second, ..self }
+    }
+}
+
+/// What a co-partition join produces (`CoWant::default()`: only the count, then the `with_*`
+/// methods; fields may be added, so it is not built from a literal outside this crate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct CoWant {
     /// The matching (probe, build) pairs.
     pub pairs: bool,
@@ -94,6 +141,45 @@ pub struct CoWant {
     /// in two pieces of one partition are not seen reliably here: a caller whose build side
     /// has such partitions (`max_per_partition > 1`) checks with a self-join count.
     pub unique_build: bool,
+    /// The most pairs the caller takes (`None`: any number): when the match counts more,
+    /// [`CoJoined::pairs`] is `None` and [`CoJoined::total`] says how many there are, and no
+    /// output of more than this many pairs was allocated (a join's output budget, checked
+    /// before the pairs take memory).
+    pub max_pairs: Option<u64>,
+}
+
+impl CoWant {
+    /// With the pairs, or without (only counted).
+    #[must_use]
+    pub fn with_pairs(self, pairs: bool) -> Self {
+        Self { pairs, ..self }
+    }
+
+    /// With flags of `len` entries (see [`CoWant::flags_len`]), or none.
+    #[must_use]
+    pub fn with_flags(self, flags_len: Option<usize>) -> Self {
+        Self { flags_len, ..self }
+    }
+
+    /// With the build side's promise of unique keys (see [`CoWant::unique_build`]).
+    #[must_use]
+    pub fn with_unique_build(self, unique_build: bool) -> Self {
+        Self {
+            unique_build,
+            ..self
+        }
+    }
+
+    /// Taking at most `max_pairs` pairs (see [`CoWant::max_pairs`]).
+    #[must_use]
+    pub fn with_max_pairs(self, max_pairs: Option<u64>) -> Self {
+        Self { max_pairs, ..self }
+    }
+
+    /// Whether `total` pairs are more than the caller takes.
+    pub(crate) fn too_many(&self, total: u64) -> bool {
+        self.max_pairs.is_some_and(|most| total > most)
+    }
 }
 
 /// (probe, build) output columns of a co-partition join's pairs.
@@ -104,7 +190,8 @@ pub struct CoJoined<B: Backend> {
     /// (probe, build) output columns of every match, grouped by work item (compare as
     /// multisets): a side's ids, one column of their type (`Column::U32` for rows), with
     /// [`CoSide::split_words`] their two halves, or with a [`CoSide::second`] column the ids'
-    /// words and that column's.
+    /// words and that column's. `None` when not asked for, or when there are more than
+    /// [`CoWant::max_pairs`].
     pub pairs: Option<PairColumns<B>>,
     /// Probe match flags, when asked for.
     pub flags: Option<B::Buf<u32>>,
@@ -679,7 +766,23 @@ impl CoPartitionJoin for CpuBackend {
                 probe_ids,
                 build_ids,
             };
-            let m = cpu_match::<K, P, Q>(&sides, &items, want)?;
+            let m = if want.pairs && want.max_pairs.is_some() {
+                // Counted first, so that pairs over the caller's limit are never allocated.
+                let counted = cpu_match::<K, P, Q>(&sides, &items, want.with_pairs(false))?;
+                if want.too_many(counted.total) {
+                    return Ok(CoJoined {
+                        pairs: None,
+                        flags: counted.flags,
+                        total: counted.total,
+                    });
+                }
+                CpuMatched {
+                    flags: counted.flags,
+                    ..cpu_match::<K, P, Q>(&sides, &items, want.with_flags(None))?
+                }
+            } else {
+                cpu_match::<K, P, Q>(&sides, &items, want)?
+            };
             let pairs = m
                 .pairs
                 .map(|(p, b)| {
@@ -768,8 +871,9 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
         .collect();
     let room: usize = regions.iter().sum();
     // In-place regions only while they stay within a few times the probe side (many build
-    // pieces per partition multiply them).
-    let in_place = want.pairs && room <= 2 * sides.probe_keys.len() + 1024;
+    // pieces per partition multiply them) and within the pairs the caller takes.
+    let in_place =
+        want.pairs && room <= 2 * sides.probe_keys.len() + 1024 && !want.too_many(room as u64);
     let (mut out_p, mut out_b) = if in_place {
         (vec![P::default(); room], vec![Q::default(); room])
     } else {

@@ -690,8 +690,9 @@ impl CoPartitionJoin for CudaBackend {
             capacity: capacity as u32,
             unique_build: u32::from(want.unique_build),
         };
-        if want.pairs && want.unique_build {
-            // Every probe row matches at most once: one pass, into outputs of the probe rows.
+        if want.pairs && want.unique_build && !want.too_many(probe.pieces.rows) {
+            // Every probe row matches at most once: one pass, into outputs of the probe rows
+            // (when the caller takes that many; else counted first, below).
             let bound = usize::try_from(probe.pieces.rows)
                 .map_err(|_| Error::SizeOverflow("probe rows"))?;
             let (mut out_p, mut out_b) = (
@@ -738,7 +739,7 @@ impl CoPartitionJoin for CudaBackend {
             .map_err(driver("copying the match total"))?;
         let (status, total) = status_and_total(self, &words)?;
         check_status(status, &want)?;
-        if !want.pairs {
+        if !want.pairs || want.too_many(total) {
             return Ok(CoJoined {
                 pairs: None,
                 flags,

@@ -367,14 +367,14 @@ fn run_match<B: JoinBackend, K: Key>(
     let m = match algorithm {
         Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false, budget)?,
         Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true, budget)?,
-        Algorithm::PhjUm => phj_um(b, ph, left, right, opts)?,
-        Algorithm::PhjOm => phj_om(b, ph, left, right, opts, layout)?,
+        Algorithm::PhjUm => phj_um(b, ph, left, right, opts, budget)?,
+        Algorithm::PhjOm => phj_om(b, ph, left, right, opts, layout, budget)?,
         Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto => {
             merge_match(b, ph, left, right, opts, budget)?
         }
     };
-    // The partitioned joins count inside their match: check before materializing (the pairs,
-    // or the payload columns a PHJ-OM join's match wrote).
+    // Checked again with the left rows a semi, anti or outer join keeps (the partitioned
+    // joins refused pairs over the budget inside their match), before materializing.
     let pairs = match (&m.pairs, &m.columns) {
         (Some(p), _) => p.0.len() as u64,
         (None, Some((l, _))) => l.first().map_or(0, |c| c.len() as u64),

@@ -46,6 +46,7 @@ use std::ops::Range;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result};
 use joinkit_partition::{MAX_FANOUT, MAX_RADIX_BITS, Partitioned, Partitioner, RowIds};
 
+use crate::chunk::Budget;
 use crate::copart::{CoSide, CoWant, PairColumns, Pieces};
 use crate::join::{Matched, Phases};
 use crate::{JoinBackend, JoinKind, JoinOptions};
@@ -238,11 +239,13 @@ fn no_ids() -> Error {
 
 /// The co-partition join and its row selections, as [`Matched`] parts: pairs (inner, outer)
 /// and the left rows a semi, anti or outer join keeps, named as the sides' `ids` name them.
+/// More pairs than `budget` holds are refused once counted, before they take memory.
 fn co_match<B: JoinBackend, K: Key>(
     b: &B,
     probe: &CoSide<'_, B, K>,
     build: &CoSide<'_, B, K>,
     opts: &JoinOptions,
+    budget: &Budget,
     left_rows: usize,
 ) -> Result<Selected<B>> {
     let as_right = |e| match e {
@@ -251,24 +254,21 @@ fn co_match<B: JoinBackend, K: Key>(
     };
     if opts.right_unique && build.pieces.max_per_partition > 1 {
         // Pieces of one partition build separate tables: count R against itself instead.
-        let myself = CoSide {
-            keys: build.keys,
-            pieces: build.pieces,
-            ids: None,
-            split_words: false,
-            second: None,
-        };
+        let myself = CoSide::new(build.keys, build.pieces);
         let total = b.copartition_join(&myself, build, CoWant::default())?.total;
         if total != build.pieces.rows {
             return Err(Error::DuplicateKey { side: "right" });
         }
     }
-    let want = CoWant {
-        pairs: opts.kind.has_right_rows(),
-        flags_len: (opts.kind != JoinKind::Inner).then_some(left_rows),
-        unique_build: opts.right_unique,
-    };
+    let want = CoWant::default()
+        .with_pairs(opts.kind.has_right_rows())
+        .with_flags((opts.kind != JoinKind::Inner).then_some(left_rows))
+        .with_unique_build(opts.right_unique)
+        .with_max_pairs(budget.max_rows());
     let out = b.copartition_join(probe, build, want).map_err(as_right)?;
+    if want.pairs && out.pairs.is_none() {
+        return Err(budget.over(out.total));
+    }
     let left_only = match (opts.kind, &out.flags) {
         (JoinKind::Inner, _) | (_, None) => None,
         (JoinKind::LeftSemi, Some(f)) => Some(b.flagged_indices::<u32>(f)?),
@@ -289,6 +289,7 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
     right: &B::Buf<K>,
     opts: &JoinOptions,
     layout: Layout<'_, B>,
+    budget: &Budget,
 ) -> Result<Matched<B, K>> {
     let cap = b.build_capacity::<K>();
     let chunk = b.probe_chunk::<K>();
@@ -350,21 +351,15 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
     })?;
     let (pairs, left_only) = ph.run("match", || {
         let lp = b.contiguous_pieces(&pl.offsets, chunk)?;
-        let probe = CoSide {
-            keys: &pl.keys,
-            pieces: &lp,
-            ids: match_ids(&pl, payloads),
-            split_words: split_l,
-            second: second_l.as_ref(),
-        };
-        let build = CoSide {
-            keys: &pr.keys,
-            pieces: &rp,
-            ids: match_ids(&pr, payloads),
-            split_words: split_r,
-            second: second_r.as_ref(),
-        };
-        co_match(b, &probe, &build, opts, left.len())
+        let probe = CoSide::new(&pl.keys, &lp)
+            .with_ids(match_ids(&pl, payloads))
+            .with_split_words(split_l)
+            .with_second(second_l.as_ref());
+        let build = CoSide::new(&pr.keys, &rp)
+            .with_ids(match_ids(&pr, payloads))
+            .with_split_words(split_r)
+            .with_second(second_r.as_ref());
+        co_match(b, &probe, &build, opts, budget, left.len())
     })?;
     let partitioned = match layout {
         Layout::RowIds | Layout::Payloads { .. } => None,
@@ -412,12 +407,13 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
     left: &B::Buf<K>,
     right: &B::Buf<K>,
     opts: &JoinOptions,
+    budget: &Budget,
 ) -> Result<Matched<B, K>> {
     let cap = b.build_capacity::<K>();
     let chunk = b.probe_chunk::<K>();
     let bits = radix_bits::<K>(right.len(), cap);
     if 1usize << bits > MAX_FANOUT {
-        return phj_om(b, ph, left, right, opts, Layout::RowIds);
+        return phj_om(b, ph, left, right, opts, Layout::RowIds, budget);
     }
     let by = Partitioner::Radix(0..bits);
     let fanout = 1usize << bits;
@@ -440,21 +436,11 @@ pub(crate) fn phj_um<B: JoinBackend, K: Key>(
     })?;
     let (pairs, left_only) = ph.run("match", || {
         let lp: Pieces<B> = b.chain_pieces(&cl, &by)?;
-        let probe = CoSide {
-            keys: &cl.keys,
-            pieces: &lp,
-            ids: Some(cl.row_ids.as_ref().ok_or_else(no_ids)?),
-            split_words: false,
-            second: None,
-        };
-        let build = CoSide {
-            keys: &cr.keys,
-            pieces: &rp,
-            ids: Some(cr.row_ids.as_ref().ok_or_else(no_ids)?),
-            split_words: false,
-            second: None,
-        };
-        co_match(b, &probe, &build, opts, left.len())
+        let probe =
+            CoSide::new(&cl.keys, &lp).with_ids(Some(cl.row_ids.as_ref().ok_or_else(no_ids)?));
+        let build =
+            CoSide::new(&cr.keys, &rp).with_ids(Some(cr.row_ids.as_ref().ok_or_else(no_ids)?));
+        co_match(b, &probe, &build, opts, budget, left.len())
     })?;
     Ok(Matched {
         pairs: id_pairs(pairs)?,

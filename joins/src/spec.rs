@@ -115,8 +115,8 @@ pub struct JoinOptions {
     /// for inner and left outer joins, one for semi and anti); for [`crate::join_columns`],
     /// the widths of the left payload columns, plus for inner and left outer joins those of
     /// the right ones, plus for left outer joins 4 for the validity word. The rows are
-    /// counted (64-bit) before the output is allocated (the hash joins, the sort-merge joins)
-    /// or as soon as the match has counted them, before materializing (the partitioned joins):
+    /// counted (64-bit) before the output is allocated (the partitioned joins count inside
+    /// their match and refuse before the pairs take memory):
     /// an output over the budget is [`crate::Error::OutputOverBudget`]. Working memory (hash
     /// tables, sorted or partitioned copies, match counts) is not counted.
     ///

@@ -446,6 +446,41 @@ fn bad_input<B: JoinBackend>(b: &B) {
             budget: 27
         })
     );
+    // The partitioned joins refuse an output over the budget once counted, before the pairs
+    // take memory (30 × 40 pairs of one key), and a PK-FK join whose probe side is longer
+    // than the budget holds runs when its matches fit (10 of 100 left rows match).
+    let (many_l, many_r) = (
+        b.upload(&[7u32; 30]).unwrap(),
+        b.upload(&[7u32; 40]).unwrap(),
+    );
+    let (fk, pk) = (
+        b.upload(&(0..100).collect::<Vec<u32>>()).unwrap(),
+        b.upload(&(0..10).map(|i| i * 10).collect::<Vec<u32>>())
+            .unwrap(),
+    );
+    for a in [Algorithm::PhjOm, Algorithm::PhjUm] {
+        assert_eq!(
+            join_rows(b, &many_l, &many_r, &inner.algorithm(a).memory_budget(9599)).err(),
+            Some(Error::OutputOverBudget {
+                rows: 1200,
+                bytes: 9600,
+                budget: 9599
+            }),
+            "{a}"
+        );
+        let exact = inner.algorithm(a).right_unique(true).memory_budget(80);
+        let (rows, stats) = join_rows(b, &fk, &pk, &exact).unwrap();
+        assert_eq!((rows.left.len(), stats.output_rows), (10, 10), "{a}");
+        assert_eq!(
+            join_rows(b, &fk, &pk, &exact.memory_budget(79)).err(),
+            Some(Error::OutputOverBudget {
+                rows: 10,
+                bytes: 80,
+                budget: 79
+            }),
+            "{a}"
+        );
+    }
     // A broken uniqueness promise.
     for a in CHUNKED {
         let o = inner.algorithm(a).right_unique(true).memory_budget(64);

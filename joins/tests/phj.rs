@@ -142,13 +142,7 @@ fn plain_side<'a>(
     pieces: &'a Pieces<CpuBackend>,
     ids: Option<&'a Column<CpuBackend>>,
 ) -> CoSide<'a, CpuBackend, u32> {
-    CoSide {
-        keys,
-        pieces,
-        ids,
-        split_words: false,
-        second: None,
-    }
+    CoSide::new(keys, pieces).with_ids(ids)
 }
 
 /// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
@@ -171,23 +165,12 @@ fn copartition_join_on_hand_made_pieces() {
         Column::U32(probe_ids.clone()),
         Column::U64(build_ids.clone()),
     );
-    let want_all = CoWant {
-        pairs: true,
-        flags_len: Some(9),
-        unique_build: false,
-    };
+    let want_all = CoWant::default().with_pairs(true).with_flags(Some(9));
     let probe = plain_side(&probe_keys, &pp, Some(&probe_col));
     let build = plain_side(&build_keys, &bp, Some(&build_col));
     let out = b.copartition_join(&probe, &build, want_all).unwrap();
     let signed = Column::I32(vec![0i32; 7]);
-    let refused = b.copartition_join(
-        &probe,
-        &CoSide {
-            ids: Some(&signed),
-            ..build
-        },
-        want_all,
-    );
+    let refused = b.copartition_join(&probe, &build.with_ids(Some(&signed)), want_all);
     assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     let mut want = Vec::new();
     for (lo, hi, plo, phi) in [(0, 5, 0, 4), (5, 7, 4, 9)] {
@@ -212,15 +195,8 @@ fn copartition_join_on_hand_made_pieces() {
     let split = b
         .copartition_join(
             &probe,
-            &CoSide {
-                split_words: true,
-                second: None,
-                ..build
-            },
-            CoWant {
-                flags_len: None,
-                ..want_all
-            },
+            &build.with_split_words(true),
+            want_all.with_flags(None),
         )
         .unwrap();
     let Some(([Column::U32(sl)], [Column::U32(lo), Column::U32(hi)])) =
@@ -236,23 +212,11 @@ fn copartition_join_on_hand_made_pieces() {
     // A second carried column beside each side's ids: the same pairs, each side's two columns.
     let probe_second = Column::U32(probe_ids.iter().map(|&i| i + 1000).collect());
     let build_second = Column::U64(build_ids.iter().map(|&i| !i).collect());
-    fn with_second<'a>(
-        side: &CoSide<'a, CpuBackend, u32>,
-        second: &'a Column<CpuBackend>,
-    ) -> CoSide<'a, CpuBackend, u32> {
-        CoSide {
-            second: Some(second),
-            ..*side
-        }
-    }
     let two = b
         .copartition_join(
-            &with_second(&probe, &probe_second),
-            &with_second(&build, &build_second),
-            CoWant {
-                flags_len: None,
-                ..want_all
-            },
+            &probe.with_second(Some(&probe_second)),
+            &build.with_second(Some(&build_second)),
+            want_all.with_flags(None),
         )
         .unwrap();
     let Some(([Column::U32(p1), Column::U32(p2)], [Column::U64(b1), Column::U64(b2)])) =
@@ -273,31 +237,22 @@ fn copartition_join_on_hand_made_pieces() {
     // than the ids, or beside split words.
     let probe_words = Column::U64(probe_ids.iter().map(|&i| u64::from(i)).collect());
     for ids in [&probe_words, &probe_col] {
-        let split_probe = CoSide {
-            ids: Some(ids),
-            split_words: true,
-            second: None,
-            ..probe
-        };
+        let split_probe = probe.with_ids(Some(ids)).with_split_words(true);
         let refused = b.copartition_join(&split_probe, &build, want_all);
         assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     }
-    let no_flags = CoWant {
-        flags_len: None,
-        ..want_all
-    };
+    let no_flags = want_all.with_flags(None);
     let short_second = Column::U32(vec![0; probe_keys.len() - 1]);
-    let refused = b.copartition_join(&with_second(&probe, &short_second), &build, no_flags);
+    let refused = b.copartition_join(&probe.with_second(Some(&short_second)), &build, no_flags);
     assert!(matches!(refused.err(), Some(Error::LengthMismatch { .. })));
     for (probe_side, want_it) in [
-        (with_second(&probe, &probe_second), want_all),
-        (with_second(&probe, &build_second), no_flags),
+        (probe.with_second(Some(&probe_second)), want_all),
+        (probe.with_second(Some(&build_second)), no_flags),
         (
-            CoSide {
-                ids: Some(&probe_words),
-                split_words: true,
-                ..with_second(&probe, &probe_words)
-            },
+            probe
+                .with_ids(Some(&probe_words))
+                .with_split_words(true)
+                .with_second(Some(&probe_words)),
             no_flags,
         ),
     ] {
@@ -305,6 +260,18 @@ fn copartition_join_on_hand_made_pieces() {
         assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     }
     assert_eq!(out.total, want.len() as u64);
+    // A limit on the pairs: one under the total gives the count and the flags, no pairs; the
+    // total itself gives the pairs.
+    let n = want.len() as u64;
+    let capped = b
+        .copartition_join(&probe, &build, want_all.with_max_pairs(Some(n - 1)))
+        .unwrap();
+    assert!(capped.pairs.is_none());
+    assert_eq!((capped.total, &capped.flags), (n, &out.flags));
+    let fits = b
+        .copartition_join(&probe, &build, want_all.with_max_pairs(Some(n)))
+        .unwrap();
+    assert_eq!(fits.pairs.map(|(p, _)| p[0].len() as u64), Some(n));
     let mut flagged: Vec<u32> = (0..9u32)
         .filter(|&i| out.flags.as_ref().unwrap()[i as usize] == 1)
         .collect();
@@ -318,11 +285,7 @@ fn copartition_join_on_hand_made_pieces() {
     let dup = b.copartition_join(
         &plain_side(&probe_keys, &pp, None),
         &plain_side(&build_keys, &bp, None),
-        CoWant {
-            pairs: true,
-            flags_len: None,
-            unique_build: true,
-        },
+        CoWant::default().with_pairs(true).with_unique_build(true),
     );
     assert_eq!(dup.err(), Some(Error::DuplicateKey { side: "build" }));
     // Mismatched fan-outs and oversized build pieces are typed errors.
