@@ -52,7 +52,7 @@ pub(crate) struct CodecArgs {
     tpch: Option<f64>,
 }
 
-/// The synthetic columns [`column`] makes.
+/// The synthetic columns [`column()`] makes.
 const COLUMNS: [&str; 5] = ["sorted", "runs", "random", "small", "orderkey"];
 
 /// A synthetic column by name (a clap value parser).

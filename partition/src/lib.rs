@@ -14,7 +14,7 @@
 //! [`Column`] type, re-exported here), and the permutation itself can come back as row ids
 //! ([`RowIds`]) so other columns can be gathered later.
 //!
-//! With the `cuda` feature, [`cuda`] has view-level entry points for reuse inside other GPU
+//! With the `cuda` feature, the `cuda` module has view-level entry points for reuse inside other GPU
 //! projects: caller's buffers (cudarc views or raw pointers), caller's stream, caller-provided
 //! `Scratch`, no synchronization.
 //!

@@ -14,7 +14,7 @@
 //! | lower/upper bounds in a sorted column, M:N range expansion into pairs | [`MergePath`] | `kernels/merge.cu`: binary search + gallop; expansion balanced over the output |
 //! | row ids (iota) | `Backend::iota` | `joinkit-cuda` runtime kernel |
 //!
-//! Every CUDA operation also has a view-level entry in [`cuda`] that works on buffers the
+//! Every CUDA operation also has a view-level entry in the `cuda` module that works on buffers the
 //! caller owns (cudarc views on the caller's stream) with caller-provided scratch.
 //!
 //! ```

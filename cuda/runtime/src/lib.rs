@@ -9,7 +9,7 @@
 //! - the element and key types ([`Element`], [`Key`]) and one [`Error`] type;
 //! - with `cuda`: typed device buffers with a peak-memory counter, embedded fatbin modules loaded
 //!   once per device (`kernel_module!`), launch shapes from device properties, and the
-//!   [`Scratch`](crate::Scratch) temp-storage protocol;
+//!   `Scratch` temp-storage protocol;
 //! - shared device headers in `include/joinkit/` (`hash.cuh`: murmur3 fmix32/fmix64 with seeds;
 //!   `device.cuh`: grid-stride, warp and block scans, 64-bit atomics) with CPU twins in [`hash`].
 //!
