@@ -385,9 +385,17 @@ pub(crate) fn parse_header(words: &[u64], len_words: u64) -> Result<StreamInfo> 
         return Err(corrupt("chunk count does not match the value count"));
     }
     let total = words[5];
-    if total != len_words || total < directory_words(chunks) {
+    if total != len_words {
         return Err(corrupt(format!(
             "header says {total} words, the stream holds {len_words}"
+        )));
+    }
+    // Named apart: a value count far beyond the stream (2^60 values in 19 words) otherwise
+    // read "header says 19 words, the stream holds 19".
+    if total < directory_words(chunks) {
+        return Err(corrupt(format!(
+            "header claims {values} values in {chunks} chunks, more than the {total}-word \
+             stream can hold"
         )));
     }
     Ok(StreamInfo {

@@ -777,3 +777,40 @@ fn run_sums_checked() {
     }
     assert!(faults > 100, "{faults}");
 }
+
+/// A header (with a valid checksum) claiming far more values than its stream can hold is
+/// named for what it is, on both backends, not as a length mismatch of equal lengths ("header
+/// says 19 words, the stream holds 19"), and nothing is allocated for the claimed values.
+#[test]
+fn huge_value_count_in_a_sealed_header() {
+    use joinkit_cuda::hash::{fmix64, hash64};
+    let gpu = gpu("huge_value_count_in_a_sealed_header");
+    let data = vec![7u32; 300];
+    let scheme: Scheme = "rle+bp".parse().unwrap();
+    let enc = CpuBackend::new()
+        .compress(&data, &scheme, &CodecOptions { chunk_values: 256 })
+        .unwrap();
+    for values in [1u64 << 60, u64::MAX] {
+        let mut w = enc.clone();
+        w[2] = values;
+        w[4] = values.div_ceil(256);
+        let sum = w[..HEADER_WORDS - 1]
+            .iter()
+            .enumerate()
+            .fold(0u64, |s, (i, &x)| {
+                s.wrapping_add(fmix64(
+                    x.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                ))
+            });
+        w[HEADER_WORDS - 1] = fmix64(sum ^ hash64(u64::MAX, HEADER_WORDS as u64 - 1));
+        let (cpu, dev) = decode_both::<u32>(&gpu, &w);
+        match &cpu {
+            Err(Error::Corrupt(m)) => assert!(m.contains(&format!("{values} values")), "{m}"),
+            other => panic!("expected a corrupt header, got {other:?}"),
+        }
+        assert!(matches!(inspect(&w), Err(Error::Corrupt(_))));
+        if let Some(dev) = dev {
+            assert_eq!(format!("{dev:?}"), format!("{cpu:?}"));
+        }
+    }
+}

@@ -31,7 +31,10 @@ pub fn bucket_pool_buckets(rows: usize, fanout: usize, bucket_capacity: usize) -
             "bucket capacity {bucket_capacity}: 1 to {MAX_BUCKET_CAPACITY} rows"
         )));
     }
-    let buckets = rows.div_ceil(bucket_capacity) + rows.min(fanout);
+    // Saturating: `rows` and `fanout` are the caller's; near `usize::MAX` the sum overflows.
+    let buckets = rows
+        .div_ceil(bucket_capacity)
+        .saturating_add(rows.min(fanout));
     if buckets as u64 >= u64::from(NO_BUCKET - 1) {
         return Err(Error::SizeOverflow(
             "bucket pool of 2^32 - 2 buckets or more",
@@ -92,8 +95,9 @@ impl<B: Backend, K: Key> BucketChains<B, K> {
     ///
     /// # Errors
     /// [`Error::Corrupt`] for a bucket capacity of 0, pool columns that are not `capacity`
-    /// slots per bucket, heads and counts of different lengths, a pool that ran out or a chain
-    /// that does not hold its count of rows; driver errors from the downloads.
+    /// slots per bucket, heads and counts of different lengths, a pool that ran out, a chain
+    /// that does not hold its count of rows or a bucket reached twice (a cycle, or two chains
+    /// sharing it); driver errors from the downloads.
     pub fn flatten(&self, backend: &B) -> Result<FlatPartitions<K>> {
         self.check_shape()?;
         let keys = backend.download(&self.keys)?;
@@ -124,15 +128,22 @@ impl<B: Backend, K: Key> BucketChains<B, K> {
         let rows = counts.iter().fold(0u64, |s, &c| s.saturating_add(c));
         let mut slots = Vec::with_capacity(rows.min(keys.len() as u64) as usize);
         let mut offsets = vec![0u64];
+        // Every bucket belongs to one chain: one reached twice (a cycle, or chains that share
+        // buckets) is corrupt, which also bounds the rows read by the pool's size.
+        let mut seen = vec![false; used];
         for (p, (&head, &count)) in heads.iter().zip(&counts).enumerate() {
             let mut left = count as usize;
             let mut b = head;
             let mut take = if left == 0 { 0 } else { (left - 1) % cap + 1 };
-            let mut steps = 0;
             while left > 0 {
-                if b == NO_BUCKET || b as usize >= used || steps > used {
+                if b == NO_BUCKET || b as usize >= used {
                     return Err(Error::Corrupt(format!(
                         "chain of partition {p} ends {left} rows short of its count {count}"
+                    )));
+                }
+                if std::mem::replace(&mut seen[b as usize], true) {
+                    return Err(Error::Corrupt(format!(
+                        "bucket {b} is reached twice (chain of partition {p})"
                     )));
                 }
                 let first = b as usize * cap;
@@ -140,7 +151,6 @@ impl<B: Backend, K: Key> BucketChains<B, K> {
                 left -= take;
                 take = cap;
                 b = next[b as usize];
-                steps += 1;
             }
             if b != NO_BUCKET {
                 return Err(Error::Corrupt(format!(
@@ -412,6 +422,15 @@ mod tests {
         assert!(corrupt(c));
         let mut c = chains();
         c.counts = vec![u64::MAX];
+        assert!(corrupt(c));
+        // A cycle, and two chains sharing a bucket: many heads on one bucket once flattened to
+        // heads x capacity rows from a pool of one bucket (an abort for enough heads).
+        let mut c = chains();
+        c.next = vec![1, 0];
+        assert!(corrupt(c));
+        let mut c = chains();
+        c.heads = vec![0; 1000];
+        c.counts = vec![2; 1000];
         assert!(corrupt(c));
     }
 }

@@ -9,7 +9,7 @@ use std::ops::Range;
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key, hash};
 use joinkit_partition::{
     BucketChainPartition, Column, FlatPartitions, HashPartition, Partitioned, Partitioner,
-    RadixPartition, RowIds, hash_partition_of,
+    RadixPartition, RowIds, bucket_pool_buckets, hash_partition_of,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -521,6 +521,17 @@ fn errors_on<B: RadixPartition + HashPartition + BucketChainPartition>(b: &B) {
         b.bucket_chain_partition(&k, &many, &by, 8, RowIds::None)
             .is_ok()
     );
+}
+
+/// Pool sizes near `usize::MAX` are an error, not an overflow of the bucket count.
+#[test]
+fn pool_size_of_huge_inputs_is_an_error() {
+    for (rows, fanout, cap) in [(usize::MAX, usize::MAX, 1), (usize::MAX, 1024, 1 << 24)] {
+        assert!(matches!(
+            bucket_pool_buckets(rows, fanout, cap),
+            Err(Error::SizeOverflow(_))
+        ));
+    }
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Even-width histograms (partition sizes, key distributions).
 
-use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result, try_reserved};
 use rayon::prelude::*;
 
 /// Counts samples into `bins` equal-width bins over `[lower, upper)`; samples outside the range
@@ -13,8 +15,9 @@ pub trait Histogram: Backend {
     /// # Errors
     /// [`Error::EmptyInput`] when `bins` is 0; [`Error::InvalidArgument`] when
     /// `lower >= upper` or `(upper - lower) * bins` overflows 64 bits; [`Error::SizeOverflow`]
-    /// for more than `u32::MAX` samples (32-bit counts) or `i32::MAX - 1` bins or more (CUB's
-    /// bin count is an `int`); allocation and driver errors.
+    /// for more than `u32::MAX` samples (32-bit counts) or `i32::MAX` bins or more (CUB's
+    /// bin count is an `int`); allocation errors ([`Error::SizeOverflow`] on the host, never an
+    /// abort) and driver errors.
     fn histogram_even<K: Key>(
         &self,
         samples: &Self::Buf<K>,
@@ -66,6 +69,12 @@ fn bin_of(sample: u64, bins: u64, lower: u64, upper: u64) -> Option<usize> {
     Some(b as usize)
 }
 
+/// Bins up to which every chunk of samples counts into a histogram of its own (merged after);
+/// wider histograms are counted into one shared array of atomics, so the memory taken is one
+/// histogram, allocated fallibly, whatever the number of chunks (per-chunk copies of 2^31 bins
+/// took 8 GiB each).
+const PRIVATE_BINS: usize = 1 << 14;
+
 impl Histogram for CpuBackend {
     fn histogram_even<K: Key>(
         &self,
@@ -76,6 +85,20 @@ impl Histogram for CpuBackend {
     ) -> Result<Vec<u32>> {
         check_histogram(samples.len(), bins, lower, upper)?;
         let (lo, hi) = (lower.to_u64(), upper.to_u64());
+        if bins > PRIVATE_BINS {
+            let mut counts = try_reserved::<AtomicU32>(bins)?;
+            counts.resize_with(bins, || AtomicU32::new(0));
+            samples
+                .par_chunks(joinkit_cuda::PARALLEL_THRESHOLD)
+                .for_each(|chunk| {
+                    for s in chunk {
+                        if let Some(b) = bin_of(s.to_u64(), bins as u64, lo, hi) {
+                            counts[b].fetch_add(1, Relaxed);
+                        }
+                    }
+                });
+            return Ok(counts.into_iter().map(AtomicU32::into_inner).collect());
+        }
         Ok(samples
             .par_chunks(joinkit_cuda::PARALLEL_THRESHOLD)
             .map(|chunk| {

@@ -177,6 +177,34 @@ fn histogram_even_u64() {
     check_histogram::<u64>("histogram_even_u64");
 }
 
+/// Many bins over many sample chunks: the CPU twin once gave every chunk its own copy of the
+/// bins (2^31 bins over a few chunks aborted the process on a failed 8 GiB allocation); wide
+/// histograms now count into one shared array, with the same counts.
+#[test]
+fn histogram_with_many_bins_and_chunks() {
+    let gpu = gpu("histogram_with_many_bins_and_chunks");
+    let k: Vec<u32> = (0..300_000u64)
+        .map(|i| joinkit_cuda::hash::hash64(i, 3) as u32)
+        .collect();
+    for bins in [1usize << 14, (1 << 14) + 1, 1 << 20, 999_983] {
+        let (lo, hi) = (1000u32, u32::MAX - 1000);
+        let mut want = vec![0u32; bins];
+        for &x in &k {
+            if x >= lo && x < hi {
+                let off = u128::from(x - lo) * bins as u128 / u128::from(hi - lo);
+                want[off as usize] += 1;
+            }
+        }
+        let got = CpuBackend::new().histogram_even(&k, bins, lo, hi).unwrap();
+        assert!(got == want, "bins {bins}");
+        if let Some(g) = &gpu {
+            let d = g.upload(&k).unwrap();
+            let got = g.download(&g.histogram_even(&d, bins, lo, hi).unwrap());
+            assert!(got.unwrap() == want, "bins {bins} on the GPU");
+        }
+    }
+}
+
 /// Column pairs of sizes 0 to 8 (every remainder of the four-row vector path) or up to a few
 /// thousand, with the extremes 0 and `u32::MAX` among random values.
 fn halves() -> impl Strategy<Value = (Vec<u32>, Vec<u32>)> {

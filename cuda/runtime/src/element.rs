@@ -56,11 +56,13 @@ pub trait Key: Element + Ord + Hash {
     fn to_u64(self) -> u64;
     /// Truncates a `u64` to this width.
     fn from_u64(v: u64) -> Self;
-    /// The bits `bits` of the key, shifted down (radix digit).
+    /// The bits `begin..end` of the key, shifted down (radix digit). Total for any range:
+    /// bits past 64 read as 0, and an empty or reversed range gives 0 (callers check their
+    /// ranges; this keeps a direct call from panicking).
     #[inline]
     fn digit(self, begin: u32, end: u32) -> u64 {
-        let v = self.to_u64() >> begin;
-        let width = end - begin;
+        let v = self.to_u64().checked_shr(begin).unwrap_or(0);
+        let width = end.saturating_sub(begin);
         if width >= 64 {
             v
         } else {
@@ -109,5 +111,22 @@ impl Key for u64 {
     #[inline]
     fn from_u64(v: u64) -> Self {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Key;
+
+    #[test]
+    fn digits_of_any_range() {
+        assert_eq!(0xabcd_u32.digit(4, 12), 0xbc);
+        assert_eq!(u64::MAX.digit(0, 64), u64::MAX);
+        assert_eq!(u64::MAX.digit(60, 64), 0xf);
+        // Past the width, empty and reversed ranges: 0, no panic.
+        assert_eq!(u64::MAX.digit(64, 72), 0);
+        assert_eq!(u32::MAX.digit(200, 300), 0);
+        assert_eq!(u32::MAX.digit(8, 8), 0);
+        assert_eq!(u32::MAX.digit(12, 4), 0);
     }
 }
