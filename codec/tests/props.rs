@@ -720,20 +720,32 @@ fn mixed_schemes_many_gpu() {
     }
 }
 
+/// The sum of FORMAT.md's checksum over `words`, word `skip` (the checksum's own) left out.
+fn checksum_sum(words: &[u64], skip: Option<usize>) -> u64 {
+    words
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| Some(i) != skip)
+        .fold(0u64, |s, (i, &x)| {
+            s.wrapping_add(joinkit_cuda::hash::fmix64(
+                x.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            ))
+        })
+}
+
 /// Re-seals chunk `c` (words `a..b` of `words`) with the checksum of FORMAT.md, so a change to
 /// its fields reaches the decoders' later checks.
 fn reseal_chunk(words: &mut [u64], a: usize, b: usize, c: u64) {
     use joinkit_cuda::hash::{fmix64, hash64};
-    let sum = words[a..b]
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != 1)
-        .fold(0u64, |s, (i, &x)| {
-            s.wrapping_add(fmix64(
-                x.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-            ))
-        });
+    let sum = checksum_sum(&words[a..b], Some(1));
     words[a + 1] = fmix64(sum ^ hash64(c, (b - a) as u64));
+}
+
+/// Re-seals the header (its last word is the checksum of the others) the same way.
+fn reseal_header(words: &mut [u64]) {
+    use joinkit_cuda::hash::{fmix64, hash64};
+    let sum = checksum_sum(&words[..HEADER_WORDS - 1], None);
+    words[HEADER_WORDS - 1] = fmix64(sum ^ hash64(u64::MAX, HEADER_WORDS as u64 - 1));
 }
 
 /// Run lengths that do not add up (in a chunk whose checksum is valid): both decoders report
@@ -783,7 +795,6 @@ fn run_sums_checked() {
 /// says 19 words, the stream holds 19"), and nothing is allocated for the claimed values.
 #[test]
 fn huge_value_count_in_a_sealed_header() {
-    use joinkit_cuda::hash::{fmix64, hash64};
     let gpu = gpu("huge_value_count_in_a_sealed_header");
     let data = vec![7u32; 300];
     let scheme: Scheme = "rle+bp".parse().unwrap();
@@ -794,15 +805,7 @@ fn huge_value_count_in_a_sealed_header() {
         let mut w = enc.clone();
         w[2] = values;
         w[4] = values.div_ceil(256);
-        let sum = w[..HEADER_WORDS - 1]
-            .iter()
-            .enumerate()
-            .fold(0u64, |s, (i, &x)| {
-                s.wrapping_add(fmix64(
-                    x.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-                ))
-            });
-        w[HEADER_WORDS - 1] = fmix64(sum ^ hash64(u64::MAX, HEADER_WORDS as u64 - 1));
+        reseal_header(&mut w);
         let (cpu, dev) = decode_both::<u32>(&gpu, &w);
         match &cpu {
             Err(Error::Corrupt(m)) => assert!(m.contains(&format!("{values} values")), "{m}"),
