@@ -114,6 +114,7 @@ impl Budget {
     /// The error for an output of `rows` rows over the limit: [`Error::OutputOverBudget`], or
     /// [`Error::SizeOverflow`] when its bytes overflow 64 bits.
     pub(crate) fn over(&self, rows: u64) -> Error {
+        debug_assert!(self.limit.is_some(), "an output over no limit");
         match rows.checked_mul(self.row_bytes) {
             Some(bytes) => Error::OutputOverBudget {
                 rows,

@@ -142,9 +142,9 @@ pub struct CoWant {
     /// has such partitions (`max_per_partition > 1`) checks with a self-join count.
     pub unique_build: bool,
     /// The most pairs the caller takes (`None`: any number): when the match counts more,
-    /// [`CoJoined::pairs`] is `None` and [`CoJoined::total`] says how many there are, and no
-    /// output of more than this many pairs was allocated (a join's output budget, checked
-    /// before the pairs take memory).
+    /// [`CoJoined::pairs`] is `None`, [`CoJoined::total`] says how many there are and no
+    /// memory was taken for the pairs (a join's output budget, checked before the pairs take
+    /// memory: a match whose pairs could pass the limit counts them first).
     pub max_pairs: Option<u64>,
 }
 
@@ -766,22 +766,27 @@ impl CoPartitionJoin for CpuBackend {
                 probe_ids,
                 build_ids,
             };
-            let m = if want.pairs && want.max_pairs.is_some() {
-                // Counted first, so that pairs over the caller's limit are never allocated.
-                let counted = cpu_match::<K, P, Q>(&sides, &items, want.with_pairs(false))?;
+            // One pass, unless its pairs could pass the caller's limit (a unique build side
+            // matches each probe row of an item at most once): then counted first, and written
+            // into regions of each task's exact count, when they fit.
+            let bound = if want.unique_build {
+                item_probe_rows(&items, pp) as u64
+            } else {
+                u64::MAX
+            };
+            let m = if want.pairs && want.too_many(bound) {
+                let counted = cpu_match::<K, P, Q>(&sides, &items, want.with_pairs(false), None)?;
                 if want.too_many(counted.total) {
-                    return Ok(CoJoined {
-                        pairs: None,
+                    counted
+                } else {
+                    let exact = Some(&counted.task_totals[..]);
+                    CpuMatched {
                         flags: counted.flags,
-                        total: counted.total,
-                    });
-                }
-                CpuMatched {
-                    flags: counted.flags,
-                    ..cpu_match::<K, P, Q>(&sides, &items, want.with_flags(None))?
+                        ..cpu_match::<K, P, Q>(&sides, &items, want.with_flags(None), exact)?
+                    }
                 }
             } else {
-                cpu_match::<K, P, Q>(&sides, &items, want)?
+                cpu_match::<K, P, Q>(&sides, &items, want, None)?
             };
             let pairs = m
                 .pairs
@@ -839,6 +844,17 @@ struct CpuMatched<P, Q> {
     pairs: Option<WordPairs<P, Q>>,
     flags: Option<Vec<u32>>,
     total: u64,
+    /// Matches of each task (run of items), in task order.
+    task_totals: Vec<u64>,
+}
+
+/// Probe rows of the work items (a probe piece counted once per build piece it meets).
+fn item_probe_rows(items: &[(u32, u32)], pp: &Pieces<CpuBackend>) -> usize {
+    items
+        .iter()
+        .filter(|&&(_, j)| j != NO_PIECE)
+        .map(|&(_, j)| pp.len[j as usize] as usize)
+        .sum()
 }
 
 /// The CPU co-partition join over `items` (checked by the caller): the pairs (when wanted), the
@@ -847,6 +863,7 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     sides: &CpuSides<'_, K, P, Q>,
     items: &[(u32, u32)],
     want: CoWant,
+    exact: Option<&[u64]>,
 ) -> Result<CpuMatched<P, Q>> {
     let (pp, bp) = (sides.pp, sides.bp);
     let mut flags = want.flags_len.map(|n| vec![0u32; n]);
@@ -854,26 +871,25 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     let bad_id = AtomicBool::new(false);
     // Tasks are runs of items. Each writes its pairs straight into the output, in a region
     // as long as its probe rows (enough for every join whose build keys are unique per
-    // piece, which is the common case); what does not fit goes to the task's own spill.
+    // piece, which is the common case), or of its `exact` count from a count pass of the
+    // same items; what does not fit goes to the task's own spill.
     let per_task = items
         .len()
         .div_ceil(8 * rayon::current_num_threads().max(1))
         .max(1);
     let tasks: Vec<&[(u32, u32)]> = items.chunks(per_task).collect();
-    let regions: Vec<usize> = tasks
-        .iter()
-        .map(|t| {
-            t.iter()
-                .filter(|&&(_, j)| j != NO_PIECE)
-                .map(|&(_, j)| pp.len[j as usize] as usize)
-                .sum()
-        })
-        .collect();
+    let exact = exact.filter(|e| e.len() == tasks.len());
+    let regions: Vec<usize> = match exact {
+        Some(e) => e.iter().map(|&t| t as usize).collect(),
+        None => tasks.iter().map(|t| item_probe_rows(t, pp)).collect(),
+    };
     let room: usize = regions.iter().sum();
-    // In-place regions only while they stay within a few times the probe side (many build
-    // pieces per partition multiply them) and within the pairs the caller takes.
-    let in_place =
-        want.pairs && room <= 2 * sides.probe_keys.len() + 1024 && !want.too_many(room as u64);
+    // In-place regions of exact counts, or of probe rows while they stay within a few times
+    // the probe side (many build pieces per partition multiply them) and within the pairs
+    // the caller takes.
+    let in_place = want.pairs
+        && (exact.is_some()
+            || (room <= 2 * sides.probe_keys.len() + 1024 && !want.too_many(room as u64)));
     let (mut out_p, mut out_b) = if in_place {
         (vec![P::default(); room], vec![Q::default(); room])
     } else {
@@ -978,6 +994,7 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
         pairs,
         flags,
         total,
+        task_totals: parts.iter().map(|p| p.total).collect(),
     })
 }
 

@@ -266,9 +266,6 @@ fn co_match<B: JoinBackend, K: Key>(
         .with_unique_build(opts.right_unique)
         .with_max_pairs(budget.max_rows());
     let out = b.copartition_join(probe, build, want).map_err(as_right)?;
-    if want.pairs && out.pairs.is_none() {
-        return Err(budget.over(out.total));
-    }
     let left_only = match (opts.kind, &out.flags) {
         (JoinKind::Inner, _) | (_, None) => None,
         (JoinKind::LeftSemi, Some(f)) => Some(b.flagged_indices::<u32>(f)?),
@@ -276,6 +273,12 @@ fn co_match<B: JoinBackend, K: Key>(
             Some(b.flagged_indices::<u32>(&b.count_flags(f, false)?)?)
         }
     };
+    if want.pairs && out.pairs.is_none() {
+        // Refused inside the match; the output would also hold a left outer join's unmatched
+        // rows.
+        let unmatched = left_only.as_ref().map_or(0, |u| u.len() as u64);
+        return Err(budget.over(out.total.saturating_add(unmatched)));
+    }
     Ok((out.pairs, left_only))
 }
 

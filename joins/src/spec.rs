@@ -116,9 +116,11 @@ pub struct JoinOptions {
     /// the widths of the left payload columns, plus for inner and left outer joins those of
     /// the right ones, plus for left outer joins 4 for the validity word. The rows are
     /// counted (64-bit) before the output is allocated (the partitioned joins count inside
-    /// their match and refuse before the pairs take memory):
-    /// an output over the budget is [`crate::Error::OutputOverBudget`]. Working memory (hash
-    /// tables, sorted or partitioned copies, match counts) is not counted.
+    /// their match and refuse before the pairs take memory); only the left rows a semi, anti
+    /// or left outer join keeps (one 4-byte id per row, at most the left side) are selected
+    /// before the check. An output over the budget is [`crate::Error::OutputOverBudget`].
+    /// Working memory (hash tables, sorted or partitioned copies, match counts) is not
+    /// counted.
     ///
     /// The chunked joins ([`crate::join_columns_chunked`], [`crate::join_rows_chunked`]) need
     /// a budget and yield the output in pieces that each fit it.

@@ -481,6 +481,31 @@ fn bad_input<B: JoinBackend>(b: &B) {
             "{a}"
         );
     }
+    // Under the budget by more than the unmatched rows, a left outer join's error counts them
+    // too, as the output would (10 pairs, 90 unmatched left rows; the partitioned joins refuse
+    // it inside their match), whichever algorithm refuses it; a broken uniqueness promise is
+    // found under a budget smaller than the probe side.
+    let outer = JoinOptions::new(JoinKind::LeftOuter).memory_budget(40);
+    for a in Algorithm::CONCRETE {
+        assert_eq!(
+            join_rows(b, &fk, &pk, &outer.algorithm(a)).err(),
+            Some(Error::OutputOverBudget {
+                rows: 100,
+                bytes: 800,
+                budget: 40
+            }),
+            "{a}"
+        );
+    }
+    let repeated = b.upload(&[5u32, 5, 7]).unwrap();
+    for a in [Algorithm::PhjOm, Algorithm::PhjUm] {
+        let o = inner.algorithm(a).right_unique(true).memory_budget(16);
+        assert_eq!(
+            join_rows(b, &fk, &repeated, &o).err(),
+            Some(Error::DuplicateKey { side: "right" }),
+            "{a}"
+        );
+    }
     // A broken uniqueness promise.
     for a in CHUNKED {
         let o = inner.algorithm(a).right_unique(true).memory_budget(64);

@@ -271,7 +271,19 @@ fn copartition_join_on_hand_made_pieces() {
     let fits = b
         .copartition_join(&probe, &build, want_all.with_max_pairs(Some(n)))
         .unwrap();
-    assert_eq!(fits.pairs.map(|(p, _)| p[0].len() as u64), Some(n));
+    assert_eq!(fits.flags, out.flags);
+    let Some(([Column::U32(pl)], [Column::U64(pr)])) =
+        fits.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
+        panic!("pairs of the ids' widths expected");
+    };
+    let mut got: Vec<(u32, u64)> = pl.iter().copied().zip(pr.iter().copied()).collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    let none = b
+        .copartition_join(&probe, &build, want_all.with_max_pairs(Some(0)))
+        .unwrap();
+    assert!(none.pairs.is_none() && none.total == n);
     let mut flagged: Vec<u32> = (0..9u32)
         .filter(|&i| out.flags.as_ref().unwrap()[i as usize] == 1)
         .collect();
@@ -286,6 +298,16 @@ fn copartition_join_on_hand_made_pieces() {
         &plain_side(&probe_keys, &pp, None),
         &plain_side(&build_keys, &bp, None),
         CoWant::default().with_pairs(true).with_unique_build(true),
+    );
+    assert_eq!(dup.err(), Some(Error::DuplicateKey { side: "build" }));
+    // Still found when a limit under the probe rows makes the match count first.
+    let dup = b.copartition_join(
+        &plain_side(&probe_keys, &pp, None),
+        &plain_side(&build_keys, &bp, None),
+        CoWant::default()
+            .with_pairs(true)
+            .with_unique_build(true)
+            .with_max_pairs(Some(1)),
     );
     assert_eq!(dup.err(), Some(Error::DuplicateKey { side: "build" }));
     // Mismatched fan-outs and oversized build pieces are typed errors.

@@ -69,11 +69,19 @@ fn bin_of(sample: u64, bins: u64, lower: u64, upper: u64) -> Option<usize> {
     Some(b as usize)
 }
 
-/// Bins up to which every chunk of samples counts into a histogram of its own (merged after);
-/// wider histograms are counted into one shared array of atomics, so the memory taken is one
-/// histogram, allocated fallibly, whatever the number of chunks (per-chunk copies of 2^31 bins
-/// took 8 GiB each).
-const PRIVATE_BINS: usize = 1 << 14;
+/// Bins up to which each worker counts into a histogram of its own (one per rayon thread,
+/// allocated fallibly, summed after): shared counters would bounce cache lines between the
+/// cores (3× slower at 2^14–2^16 bins on two). Wider histograms count into one shared array of
+/// atomics, one histogram's memory whatever the number of threads (per-chunk copies of 2^31
+/// bins once took 8 GiB each and aborted the process).
+const PRIVATE_BINS: usize = 1 << 20;
+
+/// `bins` zero counts, allocated fallibly.
+fn zeroed(bins: usize) -> Result<Vec<u32>> {
+    let mut h = try_reserved(bins)?;
+    h.resize(bins, 0);
+    Ok(h)
+}
 
 impl Histogram for CpuBackend {
     fn histogram_even<K: Key>(
@@ -84,39 +92,44 @@ impl Histogram for CpuBackend {
         upper: K,
     ) -> Result<Vec<u32>> {
         check_histogram(samples.len(), bins, lower, upper)?;
-        let (lo, hi) = (lower.to_u64(), upper.to_u64());
+        let (lo, hi, n) = (lower.to_u64(), upper.to_u64(), bins as u64);
+        let bin = |s: &K| bin_of(s.to_u64(), n, lo, hi);
         if bins > PRIVATE_BINS {
             let mut counts = try_reserved::<AtomicU32>(bins)?;
             counts.resize_with(bins, || AtomicU32::new(0));
             samples
                 .par_chunks(joinkit_cuda::PARALLEL_THRESHOLD)
                 .for_each(|chunk| {
-                    for s in chunk {
-                        if let Some(b) = bin_of(s.to_u64(), bins as u64, lo, hi) {
-                            counts[b].fetch_add(1, Relaxed);
-                        }
+                    for b in chunk.iter().filter_map(bin) {
+                        counts[b].fetch_add(1, Relaxed);
                     }
                 });
             return Ok(counts.into_iter().map(AtomicU32::into_inner).collect());
         }
-        Ok(samples
-            .par_chunks(joinkit_cuda::PARALLEL_THRESHOLD)
+        let workers = rayon::current_num_threads().max(1);
+        let per_worker = samples
+            .len()
+            .div_ceil(workers)
+            .max(joinkit_cuda::PARALLEL_THRESHOLD);
+        let parts = samples
+            .par_chunks(per_worker)
             .map(|chunk| {
-                let mut h = vec![0u32; bins];
-                for s in chunk {
-                    if let Some(b) = bin_of(s.to_u64(), bins as u64, lo, hi) {
-                        h[b] += 1;
-                    }
+                let mut h = zeroed(bins)?;
+                for b in chunk.iter().filter_map(bin) {
+                    h[b] += 1;
                 }
-                h
+                Ok(h)
             })
-            .reduce(
-                || vec![0u32; bins],
-                |mut a, b| {
-                    a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-                    a
-                },
-            ))
+            .collect::<Result<Vec<_>>>()?;
+        let mut parts = parts.into_iter();
+        let mut total = match parts.next() {
+            Some(h) => h,
+            None => zeroed(bins)?,
+        };
+        for h in parts {
+            total.iter_mut().zip(h).for_each(|(x, y)| *x += y);
+        }
+        Ok(total)
     }
 }
 

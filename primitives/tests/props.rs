@@ -178,15 +178,17 @@ fn histogram_even_u64() {
 }
 
 /// Many bins over many sample chunks: the CPU twin once gave every chunk its own copy of the
-/// bins (2^31 bins over a few chunks aborted the process on a failed 8 GiB allocation); wide
-/// histograms now count into one shared array, with the same counts.
+/// bins (2^31 bins over a few chunks aborted the process on a failed 8 GiB allocation); now
+/// each worker counts into its own copy up to 2^20 bins and wider histograms into one shared
+/// array, with the same counts.
 #[test]
 fn histogram_with_many_bins_and_chunks() {
     let gpu = gpu("histogram_with_many_bins_and_chunks");
     let k: Vec<u32> = (0..300_000u64)
         .map(|i| joinkit_cuda::hash::hash64(i, 3) as u32)
         .collect();
-    for bins in [1usize << 14, (1 << 14) + 1, 1 << 20, 999_983] {
+    // Both sides of the switch from per-worker copies to one shared array (2^20 bins).
+    for bins in [1usize << 14, 999_983, 1 << 20, (1 << 20) + 1, 3_000_017] {
         let (lo, hi) = (1000u32, u32::MAX - 1000);
         let mut want = vec![0u32; bins];
         for &x in &k {
