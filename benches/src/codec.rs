@@ -11,7 +11,7 @@ use clap::Args;
 use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
 use joinkit_cuda::{Device, DeviceKind, Error, Result, hash, with_backend};
 
-use crate::measure::{Ctx, Runs, Timing, parse_scale_factor, parse_size, time};
+use crate::measure::{Ctx, Runs, Timing, host_vec, parse_scale_factor, parse_size, time};
 use crate::plot::PlotSpec;
 use crate::report::{Report, Row};
 
@@ -84,15 +84,11 @@ pub(crate) fn run(device: &Device, args: &CodecArgs, ctx: &mut Ctx) -> Result<()
 fn column(name: &str, n: usize) -> Result<Vec<u64>> {
     let h = |i: u64, s: u64| hash::hash64(i, s);
     Ok(match name {
-        "sorted" => (0..n as u64)
-            .map(|i| 1_000_000 + i * 3 + h(i, 1) % 3)
-            .collect(),
-        "runs" => (0..n as u64)
-            .map(|i| h(i / (16 + h(i >> 10, 2) % 200), 3) % 1_000_000)
-            .collect(),
-        "random" => (0..n as u64).map(|i| h(i, 4)).collect(),
-        "small" => (0..n as u64).map(|i| 5_000_000 + h(i, 5) % 1000).collect(),
-        "orderkey" => orderkeys(n),
+        "sorted" => host_vec(n, |i| 1_000_000 + i * 3 + h(i, 1) % 3)?,
+        "runs" => host_vec(n, |i| h(i / (16 + h(i >> 10, 2) % 200), 3) % 1_000_000)?,
+        "random" => host_vec(n, |i| h(i, 4))?,
+        "small" => host_vec(n, |i| 5_000_000 + h(i, 5) % 1000)?,
+        "orderkey" => orderkeys(n)?,
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "unknown column {name:?} ({})",
@@ -104,19 +100,20 @@ fn column(name: &str, n: usize) -> Result<Vec<u64>> {
 
 /// Like TPC-H's `l_orderkey`: sorted order keys, 1 to 7 lines each, keys in the sparse
 /// pattern of `o_orderkey` (8 used out of every 32).
-fn orderkeys(n: usize) -> Vec<u64> {
-    let mut v = Vec::with_capacity(n);
+fn orderkeys(n: usize) -> Result<Vec<u64>> {
+    // Reserved the fallible way: `--buffers` × `--buffer-values` can ask for any size.
+    let mut v = joinkit_cuda::try_reserved(n)?;
     let mut order = 0u64;
     while v.len() < n {
         let key = (order / 8) * 32 + order % 8 + 1;
-        let lines = 1 + hash::hash64(order, 6) % 7;
+        // The last order's lines stop at n: pushing past the capacity would reallocate.
+        let lines = (1 + hash::hash64(order, 6) % 7).min((n - v.len()) as u64);
         for _ in 0..lines {
             v.push(key);
         }
         order += 1;
     }
-    v.truncate(n);
-    v
+    Ok(v)
 }
 
 struct Measured {
@@ -258,7 +255,7 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs, ctx: &mut Ctx) -> Result<()> {
     let (input, host, scheme) = match orderkey_input {
         Some(x) if x.1.len() == total => x,
         _ => {
-            let host = orderkeys(total);
+            let host = orderkeys(total)?;
             let input = b.upload(&host)?;
             let scheme = b.select_scheme(&input, &selector)?.scheme;
             (input, host, scheme)
@@ -266,15 +263,14 @@ fn bench<B: Codec>(b: &B, args: &CodecArgs, ctx: &mut Ctx) -> Result<()> {
     };
     // Interior cuts jittered by up to a sixteenth of a buffer: buffers of different sizes.
     let jitter = (per / 16).max(1) as u64;
-    let bounds: Vec<usize> = (0..=k)
-        .map(|i| {
-            if i == 0 || i == k {
-                i * per
-            } else {
-                i * per - (hash::hash64(i as u64, 7) % jitter) as usize
-            }
-        })
-        .collect();
+    let bounds: Vec<usize> = host_vec(k.saturating_add(1), |i| {
+        let i = i as usize;
+        if i == 0 || i == k {
+            i * per
+        } else {
+            i * per - (hash::hash64(i as u64, 7) % jitter) as usize
+        }
+    })?;
     let one = measure(b, &input, &host, &[0, total], &scheme, &set)?;
     let r = &mut *ctx.report;
     report(
@@ -318,7 +314,7 @@ fn tpch<B: Codec>(
         Column::OOrderpriority,
         Column::LPartkey,
     ] {
-        let host = column(c, sf);
+        let host = column(c, sf)?;
         if host.is_empty() {
             return Err(Error::EmptyInput("TPC-H column at this scale factor"));
         }

@@ -8,7 +8,7 @@ use clap::Args;
 use joinkit_cuda::{Buffer, Device, DeviceKind, Element, Error, Key, Result, hash, with_backend};
 use joinkit_primitives::{Bounds, Gather, Sort};
 
-use crate::measure::{Ctx, Runs, parse_size, parse_width, sizes_or, time};
+use crate::measure::{Ctx, Runs, host_vec, parse_size, parse_width, sizes_or, time};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -72,25 +72,30 @@ fn sizes(args: &GatherArgs, gpu: bool) -> Vec<usize> {
     sizes_or(&args.sizes, gpu, &[16, 20, 24, 26, 28], &[16, 20, 22])
 }
 
-/// A map of shape `kind` over `0..n` (a permutation except for `half`), built on the backend.
+/// A map of shape `kind` over `0..n` (a permutation except for `half`), built on the backend
+/// (on the host first where the host can hold it: see [`host_vec`]).
 pub(crate) fn make_map<B: Sort, I: Key>(b: &B, kind: &str, n: usize) -> Result<B::Buf<I>> {
+    // Indices past the index type would wrap onto other rows (and the check after each run
+    // would read the same wrapped map).
+    if n as u64 > I::MAX.to_u64().saturating_add(1) {
+        return Err(Error::InvalidArgument(format!(
+            "a map over {n} rows needs indices wider than {} bits",
+            I::BITS
+        )));
+    }
     let host: Vec<I> = match kind {
-        "identity" => (0..n as u64).map(I::from_u64).collect(),
-        "half" => (0..n as u64).map(|i| I::from_u64(i / 2)).collect(),
-        "window" => (0..n as u64)
-            .map(|i| {
-                // x -> (a x + c) mod 1024 with odd a is a bijection of each aligned window;
-                // the tail window past the last multiple of 1024 keeps identity.
-                let w = i >> 10;
-                if (w + 1) << 10 > n as u64 {
-                    return I::from_u64(i);
-                }
-                let h = hash::hash64(w, 11);
-                I::from_u64(
-                    (w << 10) | ((i & 1023).wrapping_mul(h | 1).wrapping_add(h >> 32) & 1023),
-                )
-            })
-            .collect(),
+        "identity" => host_vec(n, I::from_u64)?,
+        "half" => host_vec(n, |i| I::from_u64(i / 2))?,
+        "window" => host_vec(n, |i| {
+            // x -> (a x + c) mod 1024 with odd a is a bijection of each aligned window;
+            // the tail window past the last multiple of 1024 keeps identity.
+            let w = i >> 10;
+            if (w + 1) << 10 > n as u64 {
+                return I::from_u64(i);
+            }
+            let h = hash::hash64(w, 11);
+            I::from_u64((w << 10) | ((i & 1023).wrapping_mul(h | 1).wrapping_add(h >> 32) & 1023))
+        })?,
         "random" => {
             // A random permutation: row ids sorted by random keys, on the backend.
             let mut keys = b.alloc::<u64>(n)?;
@@ -264,4 +269,23 @@ fn view_level<T: Element, I: Key>(
     }
     verify(g, &src, &map, &out)?;
     Ok(t.median_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use joinkit_cuda::{CpuBackend, Error};
+
+    #[test]
+    fn maps_past_their_index_type_are_refused() {
+        let b = CpuBackend::new();
+        let too_many = (1usize << 32) + 1;
+        assert!(matches!(
+            super::make_map::<_, u32>(&b, "identity", too_many),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(
+            super::make_map::<_, u32>(&b, "half", 5).unwrap(),
+            [0, 0, 1, 1, 2]
+        );
+    }
 }

@@ -9,7 +9,7 @@ use joinkit_hashtable::{
     BuildOrder, HashTables, Probing, RandomAccessFloors, TableConfig, TableKind,
 };
 
-use crate::measure::{Ctx, KeyBits, parse_size, sizes_or, time};
+use crate::measure::{Ctx, KeyBits, host_vec, parse_size, sizes_or, time};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -112,24 +112,25 @@ fn bench<B: HashTables + RandomAccessFloors, K: Key>(
         K::BITS
     ));
     for &n in &sizes {
-        let probes = n * args.probe_factor;
+        // A huge probe factor overflowed here, then aborted the process allocating the keys.
+        let probes = n
+            .checked_mul(args.probe_factor)
+            .ok_or(Error::SizeOverflow("probe keys (size × probe factor)"))?;
         for &mult in &args.multiplicity {
             let mult = mult.max(1);
             let distinct = (n / mult).max(1) as u64;
-            let build: Vec<K> = (0..n as u64).map(|i| key_of(i / mult as u64)).collect();
+            let build: Vec<K> = host_vec(n, |i| key_of(i / mult as u64))?;
             let keys = b.upload(&build)?;
             drop(build);
             for &hit in &args.hit_rates {
-                let probe: Vec<K> = (0..probes as u64)
-                    .map(|j| {
-                        let h = hash::hash64(j, 7);
-                        if h % 100 < u64::from(hit) {
-                            key_of((h >> 8) % distinct)
-                        } else {
-                            key_of(n as u64 + j)
-                        }
-                    })
-                    .collect();
+                let probe: Vec<K> = host_vec(probes, |j| {
+                    let h = hash::hash64(j, 7);
+                    if h % 100 < u64::from(hit) {
+                        key_of((h >> 8) % distinct)
+                    } else {
+                        key_of(n as u64 + j)
+                    }
+                })?;
                 let probe = b.upload(&probe)?;
                 let mut configs = Vec::new();
                 for kind in [TableKind::KeyValue, TableKind::HashRow] {

@@ -31,7 +31,7 @@ use joinkit_datagen as datagen;
 
 use crate::error::{BenchError, Result};
 use crate::files::{self, HostTable};
-use crate::measure::{self, Ctx, KeyBits, Runs, parse_scale_factor, parse_size};
+use crate::measure::{self, Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -76,10 +76,11 @@ pub(crate) struct JoinArgs {
         help_heading = "Generated workloads"
     )]
     key_bits: KeyBits,
-    /// Payload columns per side (1 = narrow; 2 = the papers' "2+2 wide").
+    /// Payload columns per side (1 = narrow; 2 = the papers' "2+2 wide"), at most 1024.
     #[arg(
         long,
         default_value_t = 1,
+        value_parser = parse_columns,
         conflicts_with = "left",
         help_heading = "Generated workloads"
     )]
@@ -321,8 +322,8 @@ const NO_ROWS: Error = Error::EmptyInput("join benchmark sides need rows");
 /// before anything is generated: rows on both sides, no more than a join takes.
 fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>, Vec<K>, String)> {
     if let Some(sf) = args.tpch {
-        let o = datagen::tpch::column(datagen::tpch::Column::OOrderkey, sf);
-        let l = datagen::tpch::column(datagen::tpch::Column::LOrderkey, sf);
+        let o = datagen::tpch::column(datagen::tpch::Column::OOrderkey, sf)?;
+        let l = datagen::tpch::column(datagen::tpch::Column::LOrderkey, sf)?;
         if o.is_empty() || l.is_empty() {
             return Err(NO_ROWS);
         }
@@ -334,7 +335,8 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
         ));
     }
     let nr = args.r.unwrap_or(if gpu { 1 << 27 } else { 1 << 20 });
-    let ns = args.s.unwrap_or(2 * nr);
+    // Saturating: 2 × 2^63 wrapped to 0 and was reported as a side without rows.
+    let ns = args.s.unwrap_or(nr.saturating_mul(2));
     if nr == 0 || ns == 0 {
         return Err(NO_ROWS);
     }
@@ -343,7 +345,7 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
     let r = datagen::unique_keys::<K>(nr, args.seed)?;
     let (s, shape) = match args.zipf {
         Some(theta) => (
-            datagen::zipf_foreign_keys::<K>(nr, ns, theta, args.seed + 1)?,
+            datagen::zipf_foreign_keys::<K>(nr, ns, theta, args.seed.wrapping_add(1))?,
             format!("Zipf {theta}"),
         ),
         None => {
@@ -353,7 +355,7 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
                 ));
             }
             (
-                datagen::foreign_keys::<K>(nr, ns, args.match_ratio, args.seed + 1)?,
+                datagen::foreign_keys::<K>(nr, ns, args.match_ratio, args.seed.wrapping_add(1))?,
                 format!("match ratio {}", args.match_ratio),
             )
         }

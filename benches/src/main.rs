@@ -66,12 +66,12 @@ struct Common {
     /// JOINKIT_DEVICE environment variable works too).
     #[arg(long, global = true)]
     device: Option<String>,
-    /// Timed runs of each measurement, at least 1; the median is reported (default: 10; codec
+    /// Timed runs of each measurement, 1 to 10^6; the median is reported (default: 10; codec
     /// on a CPU: 3; a join of files: 1).
     #[arg(long, global = true, value_parser = measure::parse_repeat)]
     repeat: Option<usize>,
-    /// Untimed runs before timing (default: 1; a join of files: 0).
-    #[arg(long, global = true)]
+    /// Untimed runs before timing, at most 10^6 (default: 1; a join of files: 0).
+    #[arg(long, global = true, value_parser = measure::parse_warmup)]
     warmup: Option<usize>,
     /// A sweep axis NAME=V1,V2,...: runs the subcommand once per value, as if `--NAME V` were
     /// given. NAME is any option taking a value (r, s, algorithm, kind, sizes, device, ...)
@@ -85,7 +85,7 @@ struct Common {
     #[arg(long, global = true, default_value = "target/joinkit-bench")]
     out_dir: PathBuf,
     /// Stem of the output files instead of the subcommand's name (for example `join-h200`).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = parse_name)]
     name: Option<String>,
 }
 
@@ -286,6 +286,16 @@ fn parse(argv: &[OsString]) -> std::result::Result<Cli, String> {
             .collect();
         error.join("; ").trim_start_matches("error: ").to_string()
     })
+}
+
+/// Parses `--name`: an empty stem would write the hidden files `.jsonl`, `.svg` and `.png`
+/// (a clap value parser).
+fn parse_name(s: &str) -> std::result::Result<String, String> {
+    if s.trim().is_empty() {
+        Err("the output files need a name".into())
+    } else {
+        Ok(s.to_string())
+    }
 }
 
 /// The subcommand of a parsed command line (the tour's insertion gives every one its own).

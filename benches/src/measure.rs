@@ -148,12 +148,49 @@ pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
     parsed.ok_or_else(|| format!("{s:?} is not a size (write 2^27 or 134217728)"))
 }
 
-/// Parses `--repeat`: timed runs, at least one (a clap value parser).
+/// Most runs `--repeat` and `--warmup` take: more is a typo that would run for days (and
+/// `--repeat`'s timings are held in memory: a giant one aborted the process).
+pub(crate) const MAX_RUNS: usize = 1_000_000;
+
+/// Parses `--repeat`: timed runs, at least one and at most [`MAX_RUNS`] (a clap value parser).
 pub(crate) fn parse_repeat(s: &str) -> std::result::Result<usize, String> {
     match s.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err("a median needs at least 1 timed run".into()),
+        Ok(n) if (1..=MAX_RUNS).contains(&n) => Ok(n),
+        Ok(0) | Err(_) => Err("a median needs at least 1 timed run".into()),
+        Ok(_) => Err(format!("at most {MAX_RUNS} timed runs")),
     }
+}
+
+/// Parses `--warmup`: untimed runs, at most [`MAX_RUNS`] (a clap value parser).
+pub(crate) fn parse_warmup(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_RUNS => Ok(n),
+        Ok(_) => Err(format!("at most {MAX_RUNS} warm-up runs")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Most generated columns of one kind (payload columns per table, dimension tables): each is
+/// generated and joined in turn, so a typo such as 1000000000 ran for hours before the host
+/// ran out of memory.
+pub(crate) const MAX_COLUMNS: usize = 1024;
+
+/// Parses a count of generated columns or tables, at most [`MAX_COLUMNS`] (a clap value
+/// parser).
+pub(crate) fn parse_columns(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_COLUMNS => Ok(n),
+        Ok(_) => Err(format!("at most {MAX_COLUMNS}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `n` host values, value `i` from `f(i)`, in memory asked for the fallible way: a size past
+/// the host's memory is [`joinkit_cuda::Error::SizeOverflow`], where `collect` would abort.
+pub(crate) fn host_vec<T>(n: usize, f: impl FnMut(u64) -> T) -> Result<Vec<T>> {
+    let mut v = joinkit_cuda::try_reserved(n)?;
+    v.extend((0..n as u64).map(f));
+    Ok(v)
 }
 
 /// Parses a width in bytes: 4 or 8 (a clap value parser).
@@ -199,6 +236,19 @@ mod tests {
         assert!(super::parse_size("3^2").is_err());
         assert!(super::parse_size("2^99").is_err());
         assert!(super::parse_size("x").is_err());
+    }
+
+    #[test]
+    fn run_and_column_counts_are_bounded() {
+        assert_eq!(super::parse_repeat("3"), Ok(3));
+        assert!(super::parse_repeat("0").is_err());
+        assert!(super::parse_repeat("1000000000000").is_err());
+        assert_eq!(super::parse_warmup("0"), Ok(0));
+        assert!(super::parse_warmup("1000000000000").is_err());
+        assert_eq!(super::parse_columns("1024"), Ok(1024));
+        assert!(super::parse_columns("1025").is_err());
+        assert!(super::host_vec::<u64>(usize::MAX, |i| i).is_err());
+        assert_eq!(super::host_vec(3, |i| i * 2).unwrap(), [0, 2, 4]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use joinkit_partition::{
     BucketChainPartition, Column, HashPartition, Partitioner, RadixPartition, RowIds,
 };
 
-use crate::measure::{Ctx, Runs, Timing, parse_size, sizes_or, time};
+use crate::measure::{Ctx, Runs, Timing, host_vec, parse_size, sizes_or, time};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -185,15 +185,15 @@ fn make_keys<B: Backend, K: Key>(b: &B, n: usize, zipf: bool) -> Result<B::Buf<K
         b.fill_random(&mut k, 42, u64::MAX)?;
         return Ok(k);
     }
-    let mut h = vec![0u64; n];
-    CpuBackend::new().fill_random(&mut h, 42, u64::MAX)?;
-    let host: Vec<K> = h
-        .iter()
-        .map(|&x| {
-            let shift = hash::fmix64(x) % u64::from(K::BITS);
-            K::from_u64(K::from_u64(x).to_u64() >> shift)
-        })
-        .collect();
+    // Host columns through the backend's fallible allocation: `vec!` aborted on huge sizes.
+    let cpu = CpuBackend::new();
+    let mut h = cpu.alloc::<u64>(n)?;
+    cpu.fill_random(&mut h, 42, u64::MAX)?;
+    let host: Vec<K> = host_vec(n, |i| {
+        let x = h[i as usize];
+        let shift = hash::fmix64(x) % u64::from(K::BITS);
+        K::from_u64(K::from_u64(x).to_u64() >> shift)
+    })?;
     b.upload(&host)
 }
 

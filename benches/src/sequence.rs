@@ -20,7 +20,7 @@ use joinkit_datagen as datagen;
 
 use crate::error::{BenchError, Result};
 use crate::join::{parse_algorithm, payload_columns, table};
-use crate::measure::{self, Ctx, KeyBits, parse_size};
+use crate::measure::{self, Ctx, KeyBits, parse_columns, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -34,8 +34,9 @@ pub(crate) struct SequenceArgs {
     /// the papers' |S| = 2 |R| join.
     #[arg(long, value_parser = parse_size)]
     r: Option<usize>,
-    /// Dimension tables joined in turn, k (one foreign-key column of the fact table each).
-    #[arg(long, default_value_t = 3)]
+    /// Dimension tables joined in turn, k, 1 to 1024 (one foreign-key column of the fact table
+    /// each).
+    #[arg(long, default_value_t = 3, value_parser = parse_columns)]
     dims: usize,
     /// Fraction of fact rows whose foreign key is in the dimension: one value for every join,
     /// or k values comma separated, one per join in order. Below 1 each join drops rows, which
@@ -56,8 +57,8 @@ pub(crate) struct SequenceArgs {
     #[arg(long, value_enum, default_value = "32")]
     key_bits: KeyBits,
     /// Payload columns of the fact table and of each dimension, materialized at the end (0:
-    /// the gather maps only).
-    #[arg(long, default_value_t = 1)]
+    /// the gather maps only), at most 1024.
+    #[arg(long, default_value_t = 1, value_parser = parse_columns)]
     payloads: usize,
     /// Seed of the generated keys.
     #[arg(long, default_value_t = 42)]
@@ -139,8 +140,14 @@ fn bench<B: JoinBackend, K: ColumnKey>(
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
     let ns = args.s.unwrap_or(if gpu { 1 << 27 } else { 1 << 20 });
     let nr = args.r.unwrap_or(ns / 2);
-    if ns == 0 || nr == 0 {
+    if ns == 0 {
         return Err(Error::EmptyInput("sequence benchmark tables need rows"));
+    }
+    if nr == 0 {
+        // |S| = 1 without --r: the default |S| / 2 leaves the dimensions empty.
+        return Err(Error::EmptyInput(
+            "sequence benchmark tables need rows (--r, default |S| / 2)",
+        ));
     }
     // Before generating: what the joins would refuse.
     check_rows(ns)?;
@@ -151,11 +158,11 @@ fn bench<B: JoinBackend, K: ColumnKey>(
     let mut tables = Vec::with_capacity(k);
     let mut fact_payloads = Vec::new();
     for (i, &ratio) in plan.ratios.iter().enumerate() {
-        let seed = args.seed + 10 * i as u64;
+        let seed = args.seed.wrapping_add(10 * i as u64);
         let keys = datagen::unique_keys::<K>(nr, seed)?;
         tables.push(table(b, &keys, args.payloads, 100 + 10 * i as u64)?);
         drop(keys);
-        let fk = datagen::foreign_keys::<K>(nr, ns, ratio, seed + 1)?;
+        let fk = datagen::foreign_keys::<K>(nr, ns, ratio, seed.wrapping_add(1))?;
         if i == 0 {
             fact_payloads = payload_columns(b, &fk, args.payloads, 200)?;
         }

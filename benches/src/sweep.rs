@@ -37,9 +37,13 @@ pub(crate) fn parse_axis(s: &str) -> std::result::Result<Axis, String> {
     let name = name.trim().trim_start_matches("--").to_string();
     let mut values = Vec::new();
     for v in list.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        // A range is two sizes around `..`; anything else with `..` in it (a path such as
+        // `../r.parquet`) is a value.
         match v.split_once("..") {
-            Some((lo, hi)) => values.extend(powers_of_two(lo, hi)?),
-            None => values.push(v.to_string()),
+            Some((lo, hi)) if parse_size(lo).is_ok() && parse_size(hi).is_ok() => {
+                values.extend(powers_of_two(lo, hi)?)
+            }
+            _ => values.push(v.to_string()),
         }
     }
     if name.is_empty() || values.is_empty() {
@@ -150,6 +154,11 @@ mod tests {
         assert!(parse_axis("r=").is_err());
         assert!(parse_axis("r=2^20..2^16").is_err());
         assert!(parse_axis("r=3..9").is_err());
+        // Paths are values, not ranges.
+        assert_eq!(
+            parse_axis("left=../a.parquet,b/../c.arrow").unwrap().values,
+            ["../a.parquet", "b/../c.arrow"]
+        );
     }
 
     #[test]

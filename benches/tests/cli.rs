@@ -701,6 +701,72 @@ fn workloads_past_the_generators_and_the_joins_are_one_line_errors() {
     }
 }
 
+#[test]
+fn giant_counts_are_one_line_errors_not_aborts() {
+    let d = dir("giant_counts");
+    let cases: [(&[&str], &str); 11] = [
+        // |S| = 2 |R| wrapped to 0 and was reported as a side without rows.
+        (&["join", "--r", "2^63"], "limited to 2^32 - 1 rows"),
+        // Each of these ran for hours or aborted allocating.
+        (&["join", "--payloads", "1000000000"], "at most 1024"),
+        (&["sequence", "--dims", "1000000000000"], "at most 1024"),
+        (&["sequence", "--payloads", "5000"], "at most 1024"),
+        (&["smoke", "--repeat", "1000000000000"], "at most 1000000"),
+        (&["smoke", "--warmup", "1000000000000"], "at most 1000000"),
+        (&["join", "--name", ""], "the output files need a name"),
+        (
+            &[
+                "partition",
+                "--sizes",
+                "2^61",
+                "--dists",
+                "zipf",
+                "--copy-elements",
+                "2^12",
+            ],
+            "size overflow",
+        ),
+        (
+            &[
+                "hashtable",
+                "--sizes",
+                "2^4",
+                "--probe-factor",
+                "144115188075855872",
+            ],
+            "size overflow",
+        ),
+        (
+            &[
+                "hashtable",
+                "--sizes",
+                "2^4",
+                "--probe-factor",
+                "18446744073709551615",
+            ],
+            "size overflow: probe keys",
+        ),
+        (
+            &[
+                "codec",
+                "--values",
+                "2^10",
+                "--columns",
+                "random",
+                "--buffers",
+                "2",
+                "--buffer-values",
+                "2^62",
+            ],
+            "size overflow",
+        ),
+    ];
+    for (args, says) in cases {
+        fails(&jb(&d, args), says);
+    }
+    fails(&jb(&d, &["sequence", "--s", "1"]), "--r, default |S| / 2");
+}
+
 /// Runs a small join with its standard output `stdout`.
 fn join_into(d: &Path, stdout: Stdio) -> Child {
     Command::new(binary())

@@ -10,8 +10,9 @@
 //! - [`tpch`]: key columns of TPC-H's `orders` and `lineitem` from the `tpchgen` crate.
 //!
 //! Bad arguments (keys that do not fit the key type, a match ratio outside `[0, 1]`, a Zipf
-//! exponent that is negative or not finite) and columns the host cannot allocate are errors,
-//! not panics: the sizes often come straight from a command line.
+//! exponent that is negative or not finite, a TPC-H scale factor that is not a finite number
+//! above 0) and columns the host cannot allocate are errors, not panics: the sizes often come
+//! straight from a command line.
 //!
 //! Shuffles use a keyed Feistel permutation with cycle walking instead of a sequential
 //! Fisher-Yates shuffle, so element `i` is computed on its own: generation is parallel and a
@@ -58,9 +59,12 @@ impl Permutation {
         }
     }
 
-    /// The image of `i` (`i < n`).
+    /// The image of `i`: a value in `0..n` for `i < n`. Any other `i` maps to itself, so the
+    /// map is a bijection of all of `u64` and never cycle-walks forever (`n = 0` included).
     pub fn permute(&self, i: u64) -> u64 {
-        debug_assert!(i < self.n);
+        if i >= self.n {
+            return i;
+        }
         let mask = (1u64 << self.half_bits) - 1;
         let mut x = i;
         // Cycle walking: the network permutes [0, 2^(2 half_bits)); values past n are fed back
@@ -149,12 +153,14 @@ pub fn foreign_keys<K: Key>(
             K::BITS
         )));
     }
-    let misses = K::MAX.to_u64() - nb + 1;
+    // The largest miss key past `nb`: an inclusive range, as `K::MAX - nb + 1` overflows a
+    // 64-bit key with no build keys (the same draws as the exclusive range would give).
+    let last_miss = K::MAX.to_u64() - nb;
     generate(n_probe, seed, |rng, _| {
         if nb > 0 && rng.random::<f64>() < match_ratio {
             K::from_u64(rng.random_range(0..nb))
         } else {
-            K::from_u64(nb + rng.random_range(0..misses))
+            K::from_u64(nb + rng.random_range(0..=last_miss))
         }
     })
 }
@@ -164,8 +170,9 @@ pub fn foreign_keys<K: Key>(
 /// `seed` through a permutation, so skew is not tied to small key values.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if `theta` is negative or not finite; [`Error::EmptyInput`] if
-/// `n_build` is 0; [`Error::SizeOverflow`] when the host cannot allocate the column.
+/// [`Error::InvalidArgument`] if `theta` is negative or not finite or `n_build - 1` does not
+/// fit `K`; [`Error::EmptyInput`] if `n_build` is 0; [`Error::SizeOverflow`] when the host
+/// cannot allocate the column.
 pub fn zipf_foreign_keys<K: Key>(
     n_build: usize,
     n_probe: usize,
@@ -174,6 +181,13 @@ pub fn zipf_foreign_keys<K: Key>(
 ) -> Result<Vec<K>> {
     if n_build == 0 {
         return Err(Error::EmptyInput("Zipf keys need a build side"));
+    }
+    // Keys past K would wrap onto other build keys: a skew other than the one asked for.
+    if (n_build as u64 - 1) > K::MAX.to_u64() {
+        return Err(Error::InvalidArgument(format!(
+            "{n_build} build keys do not fit {}-bit keys",
+            K::BITS
+        )));
     }
     // Zipf::new refuses negative and NaN exponents; an infinite one would never sample.
     let zipf = Some(theta)
@@ -280,11 +294,28 @@ mod tests {
             zipf_foreign_keys::<u32>(0, 4, 1.0, 1),
             Err(Error::EmptyInput(_))
         ));
+        // Ranks past u32 would wrap onto other keys.
+        assert!(invalid(zipf_foreign_keys(1 << 33, 4, 1.0, 1)));
         // More than any host holds: an error, not an abort.
         assert!(matches!(
             unique_keys::<u64>(1 << 62, 1),
             Err(Error::SizeOverflow(_))
         ));
+    }
+
+    #[test]
+    fn edges_neither_overflow_nor_loop() {
+        // No build keys with 64-bit keys: every key a miss (its range once overflowed).
+        let s: Vec<u64> = foreign_keys(0, 1000, 0.5, 3).unwrap();
+        assert_eq!(s.len(), 1000);
+        // The inclusive miss range draws what the exclusive one did: seeds keep their columns.
+        assert_eq!(
+            foreign_keys::<u32>(0, 4, 0.5, 1).unwrap(),
+            [2702011998, 2311387231, 1095730369, 1202161444]
+        );
+        // Outside 0..n (an empty domain included) a permutation is the identity, not a hang.
+        assert_eq!(Permutation::new(0, 1).permute(0), 0);
+        assert_eq!(Permutation::new(5, 1).permute(9), 9);
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! Key columns of TPC-H from the `tpchgen` crate (a Rust port of dbgen), generated in parallel
 //! parts: `orders ⋈ lineitem` on the order key is the papers' real-data join.
 
+use joinkit_cuda::{Error, Result, try_reserved};
 use rayon::prelude::*;
 use tpchgen::generators::{LineItemGenerator, OrderGenerator};
+
+/// Lines per order on average (1 to 7, uniform), to size a `lineitem` column up front.
+const LINES_PER_ORDER: f64 = 4.0;
 
 /// A TPC-H column joinkit knows how to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +45,27 @@ impl Column {
     }
 }
 
-/// Generates `column` at `scale_factor` as `u64` values, in table order.
-pub fn column(column: Column, scale_factor: f64) -> Vec<u64> {
+/// Generates `column` at `scale_factor` as `u64` values, in table order (empty where the
+/// scale factor is too small for one row).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if `scale_factor` is not a finite number above 0 (infinity
+/// would generate without end); [`Error::SizeOverflow`] when the host cannot allocate the
+/// column, found before generating.
+pub fn column(column: Column, scale_factor: f64) -> Result<Vec<u64>> {
+    if !(scale_factor.is_finite() && scale_factor > 0.0) {
+        return Err(Error::InvalidArgument(format!(
+            "TPC-H scale factor {scale_factor}: use a finite number above 0"
+        )));
+    }
+    let orders = f64::from(OrderGenerator::SCALE_BASE) * scale_factor;
+    let rows = match column {
+        Column::OOrderkey | Column::OOrderpriority => orders,
+        Column::LOrderkey | Column::LPartkey => orders * LINES_PER_ORDER,
+    };
+    // The whole column is reserved first: a scale factor past the host's memory is an error
+    // now, not an abort after minutes of generation (`as` saturates; try_reserved refuses).
+    let mut out = try_reserved::<u64>(rows as usize)?;
     // Enough parts to keep every thread busy; each part is generated independently.
     let parts = (rayon::current_num_threads() * 4).clamp(1, 256) as i32;
     let chunks: Vec<Vec<u64>> = (1..=parts)
@@ -66,7 +89,8 @@ pub fn column(column: Column, scale_factor: f64) -> Vec<u64> {
                 .collect(),
         })
         .collect();
-    chunks.concat()
+    chunks.iter().for_each(|c| out.extend_from_slice(c));
+    Ok(out)
 }
 
 /// `1-URGENT` → 0, ..., `5-LOW` → 4 (the leading digit).
@@ -83,12 +107,12 @@ mod tests {
 
     #[test]
     fn small_scale_orders_and_lineitems() {
-        let o = column(Column::OOrderkey, 0.01);
+        let o = column(Column::OOrderkey, 0.01).unwrap();
         assert_eq!(o.len(), 15_000);
         let mut sorted = o.clone();
         sorted.dedup();
         assert_eq!(sorted.len(), o.len(), "o_orderkey is unique");
-        let l = column(Column::LOrderkey, 0.01);
+        let l = column(Column::LOrderkey, 0.01).unwrap();
         assert!(l.len() > 50_000 && l.len() < 70_000);
         assert!(
             l.windows(2).all(|w| w[0] <= w[1]),
@@ -99,8 +123,27 @@ mod tests {
             l.iter().all(|k| set.contains(k)),
             "every lineitem has its order"
         );
-        let p = column(Column::OOrderpriority, 0.01);
+        let p = column(Column::OOrderpriority, 0.01).unwrap();
         assert!(p.iter().all(|&c| c < 5));
         assert_eq!(Column::from_name("l_partkey"), Some(Column::LPartkey));
+    }
+
+    #[test]
+    fn bad_scale_factors_are_errors() {
+        for sf in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(
+                matches!(
+                    column(Column::OOrderkey, sf),
+                    Err(Error::InvalidArgument(_))
+                ),
+                "{sf}"
+            );
+        }
+        // More rows than any host holds: refused before generating, not an abort.
+        assert!(matches!(
+            column(Column::LOrderkey, 1e15),
+            Err(Error::SizeOverflow(_))
+        ));
+        assert!(column(Column::OOrderkey, 1e-9).unwrap().is_empty());
     }
 }

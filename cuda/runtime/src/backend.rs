@@ -68,7 +68,8 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// Copies a buffer back to the host (waits for pending work on it).
     ///
     /// # Errors
-    /// Driver errors during the copy.
+    /// Driver errors during the copy; [`crate::Error::SizeOverflow`] when the CPU backend's host
+    /// cannot hold the copy.
     fn download<T: Element>(&self, buf: &Self::Buf<T>) -> Result<Vec<T>>;
 
     /// Sets every element of `buf` to `value` (used to poison outputs in tests, and to clear).
