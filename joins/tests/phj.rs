@@ -6,8 +6,8 @@
 
 use joinkit::reference::join_pairs;
 use joinkit::{
-    Algorithm, Backend, CoPartitionJoin, CoSide, CoWant, Column, CpuBackend, Error, JoinKind,
-    JoinOptions, NULL_ROW, Pieces, join_columns, join_rows, set_cpu_phj_limits,
+    Algorithm, Backend, CoJoined, CoPartitionJoin, CoSide, CoWant, Column, CpuBackend, Error,
+    JoinKind, JoinOptions, NULL_ROW, Pieces, join_columns, join_rows, set_cpu_phj_limits,
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
@@ -145,6 +145,18 @@ fn plain_side<'a>(
     CoSide::new(keys, pieces).with_ids(ids)
 }
 
+/// The (probe, build) id pairs of a join of u32 probe ids and u64 build ids, sorted.
+fn sorted_id_pairs(joined: &CoJoined<CpuBackend>) -> Vec<(u32, u64)> {
+    let Some(([Column::U32(pl)], [Column::U64(pr)])) =
+        joined.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
+        panic!("pairs of the ids' widths expected");
+    };
+    let mut got: Vec<(u32, u64)> = pl.iter().copied().zip(pr.iter().copied()).collect();
+    got.sort_unstable();
+    got
+}
+
 /// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
 /// ids through maps (4-byte probe ids, 8-byte build ids), flags, split words and second
 /// columns; pairs equal the per-partition nested loop. Signed ids are refused.
@@ -183,14 +195,7 @@ fn copartition_join_on_hand_made_pieces() {
         }
     }
     want.sort_unstable();
-    let Some(([Column::U32(pl)], [Column::U64(pr)])) =
-        out.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
-    else {
-        panic!("pairs of the ids' widths expected");
-    };
-    let mut got: Vec<(u32, u64)> = pl.iter().copied().zip(pr.iter().copied()).collect();
-    got.sort_unstable();
-    assert_eq!(got, want);
+    assert_eq!(sorted_id_pairs(&out), want);
     // The build ids as words of two halves: the same pairs, the halves in two u32 columns.
     let split = b
         .copartition_join(
@@ -272,14 +277,7 @@ fn copartition_join_on_hand_made_pieces() {
         .copartition_join(&probe, &build, want_all.with_max_pairs(Some(n)))
         .unwrap();
     assert_eq!(fits.flags, out.flags);
-    let Some(([Column::U32(pl)], [Column::U64(pr)])) =
-        fits.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
-    else {
-        panic!("pairs of the ids' widths expected");
-    };
-    let mut got: Vec<(u32, u64)> = pl.iter().copied().zip(pr.iter().copied()).collect();
-    got.sort_unstable();
-    assert_eq!(got, want);
+    assert_eq!(sorted_id_pairs(&fits), want);
     let none = b
         .copartition_join(&probe, &build, want_all.with_max_pairs(Some(0)))
         .unwrap();
