@@ -429,6 +429,16 @@ __device__ __forceinline__ void load_round_keys(const CoParams& p, const Item& i
   }
 }
 
+// Whether the one-pass join loads a round's id words (of its probe rows and their build rows)
+// right after the lookups, all in flight together, rather than each just before its store,
+// where every store waits on its own load. The registers this takes leave room for two blocks an
+// SM, not three. H200, 2^27 ⋈ 2^28 PHJ-OM match: 8-byte keys 4.42 -> 3.69-3.73 ms narrow, 8.96
+// -> 7.80 2+2 wide; 4-byte keys (twice the rows a round) 2.67 -> 2.80 and 3.48 -> 3.89, so
+// not for them. (Loading the probe ids with the keys, before the lookups, gave 4.07 ms; the
+// build rows' ids staged in shared memory with the table, 4.24.)
+template <typename K>
+constexpr bool kEarlyIds = sizeof(K) == 8;
+
 // One round of the item's probe rows from `first` on, their keys loaded: marks matched probe
 // rows in `flags` and writes the pairs.
 template <typename K, typename PW, typename BW>
@@ -453,11 +463,23 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
     const uint32_t b = __ballot_sync(joinkit::kFullMask, (hit >> j) & 1u);
     if (lane == 0) round->hits[j][warp] = __popc(b);
   }
+  const PW* probe_ids = ptr<const PW>(p.probe_ids);
+  const BW* build_ids = ptr<const BW>(p.build_ids);
+  // With kEarlyIds, the hits' id words are loaded here, before the reservation: their loads
+  // overlap each other, the barriers and the cursor's atomic.
+  PW pid[kEarlyIds<K> ? R : 1];
+  BW bid[kEarlyIds<K> ? R : 1];
+  if constexpr (kEarlyIds<K>) {
+#pragma unroll
+    for (uint32_t j = 0; j < R; ++j) {
+      if (((hit >> j) & 1u) == 0) continue;
+      pid[j] = side_id(probe_ids, it.probe_begin + first + j * kJoinBlock + threadIdx.x);
+      bid[j] = side_id(build_ids, it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu));
+    }
+  }
   __syncthreads();
   if (warp == 0) reserve_round<R>(p, round);
   __syncthreads();
-  const PW* probe_ids = ptr<const PW>(p.probe_ids);
-  const BW* build_ids = ptr<const BW>(p.build_ids);
   const uint32_t below = (1u << lane) - 1u;
   const bool marks = p.flags != 0;
 #pragma unroll
@@ -465,14 +487,17 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
     const uint32_t b = __ballot_sync(joinkit::kFullMask, (hit >> j) & 1u);
     if (((hit >> j) & 1u) == 0) continue;
     const uint64_t row = it.probe_begin + first + j * kJoinBlock + threadIdx.x;
-    const PW pid = side_id(probe_ids, row);
-    if (marks) mark_probe(p, pid);
+    PW probe_id;
+    if constexpr (kEarlyIds<K>) probe_id = pid[j];
+    else probe_id = side_id(probe_ids, row);
+    if (marks) mark_probe(p, probe_id);
     if (round->writes) {
       const uint64_t o = round->base + round->hits[j][warp] + __popc(b & below);
       const uint64_t brow = it.build_begin + ((heads[j / 2] >> (16 * (j % 2))) & 0xffffu);
-      store_id(p.out_probe, p.out_probe_hi, o, pid);
+      store_id(p.out_probe, p.out_probe_hi, o, probe_id);
       store_second(p.probe_second, p.out_probe_second, o, second_word<PW>(p.probe_second, row));
-      store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, brow));
+      if constexpr (kEarlyIds<K>) store_id(p.out_build, p.out_build_hi, o, bid[j]);
+      else store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, brow));
       store_second(p.build_second, p.out_build_second, o, second_word<BW>(p.build_second, brow));
     }
   }
@@ -568,23 +593,26 @@ __device__ void join_items(const CoParams& p) {
 }  // namespace
 
 // The count, write and one-pass join kernels, per key type and id words (`_4`: uint32_t, `_8`:
-// uint64_t; the count pass names only the probe side's, which the flags read): three blocks an
-// SM (40 registers a thread).
-#define MATCH_KERNEL(NAME, ...)                                                              \
-  extern "C" __global__ void __launch_bounds__(kJoinBlock, 3) NAME(CoParams p) { __VA_ARGS__(p); }
-#define MATCH_KERNELS(KN, K)                                                               \
-  MATCH_KERNEL(phj_count_##KN##_4, count_items<K, uint32_t>)                                \
-  MATCH_KERNEL(phj_count_##KN##_8, count_items<K, uint64_t>)                                \
-  MATCH_KERNEL(phj_write_##KN##_4_4, write_items<K, uint32_t, uint32_t>)                    \
-  MATCH_KERNEL(phj_write_##KN##_4_8, write_items<K, uint32_t, uint64_t>)                    \
-  MATCH_KERNEL(phj_write_##KN##_8_4, write_items<K, uint64_t, uint32_t>)                    \
-  MATCH_KERNEL(phj_write_##KN##_8_8, write_items<K, uint64_t, uint64_t>)                    \
-  MATCH_KERNEL(phj_join_##KN##_4_4, join_items<K, uint32_t, uint32_t>)                      \
-  MATCH_KERNEL(phj_join_##KN##_4_8, join_items<K, uint32_t, uint64_t>)                      \
-  MATCH_KERNEL(phj_join_##KN##_8_4, join_items<K, uint64_t, uint32_t>)                      \
-  MATCH_KERNEL(phj_join_##KN##_8_8, join_items<K, uint64_t, uint64_t>)
-MATCH_KERNELS(u32, uint32_t)
-MATCH_KERNELS(u64, uint64_t)
+// uint64_t; the count pass names only the probe side's, which the flags read), built for three
+// blocks an SM (40 registers a thread), or JOIN_BLOCKS for the one-pass join: two for 8-byte
+// keys, whose early id words take more (kEarlyIds).
+#define MATCH_KERNEL(NAME, BLOCKS, ...)                                                \
+  extern "C" __global__ void __launch_bounds__(kJoinBlock, BLOCKS) NAME(CoParams p) { \
+    __VA_ARGS__(p);                                                                    \
+  }
+#define MATCH_KERNELS(KN, K, JOIN_BLOCKS)                                           \
+  MATCH_KERNEL(phj_count_##KN##_4, 3, count_items<K, uint32_t>)                     \
+  MATCH_KERNEL(phj_count_##KN##_8, 3, count_items<K, uint64_t>)                     \
+  MATCH_KERNEL(phj_write_##KN##_4_4, 3, write_items<K, uint32_t, uint32_t>)         \
+  MATCH_KERNEL(phj_write_##KN##_4_8, 3, write_items<K, uint32_t, uint64_t>)         \
+  MATCH_KERNEL(phj_write_##KN##_8_4, 3, write_items<K, uint64_t, uint32_t>)         \
+  MATCH_KERNEL(phj_write_##KN##_8_8, 3, write_items<K, uint64_t, uint64_t>)         \
+  MATCH_KERNEL(phj_join_##KN##_4_4, JOIN_BLOCKS, join_items<K, uint32_t, uint32_t>) \
+  MATCH_KERNEL(phj_join_##KN##_4_8, JOIN_BLOCKS, join_items<K, uint32_t, uint64_t>) \
+  MATCH_KERNEL(phj_join_##KN##_8_4, JOIN_BLOCKS, join_items<K, uint64_t, uint32_t>) \
+  MATCH_KERNEL(phj_join_##KN##_8_8, JOIN_BLOCKS, join_items<K, uint64_t, uint64_t>)
+MATCH_KERNELS(u32, uint32_t, 3)
+MATCH_KERNELS(u64, uint64_t, 2)
 #undef MATCH_KERNELS
 #undef MATCH_KERNEL
 

@@ -31,7 +31,8 @@ static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 /// one-pass join's rounds by it). Three such blocks fit an SM (48 warps; registers,
 /// up to 40 a thread, and the shared memory CUDA reserves per block allow no fourth), against
 /// four blocks of 256 threads (32 warps): H200, 2^27 ⋈ 2^28, 4-byte match 3.35 ms against 5.0,
-/// 8-byte 4.6 against 6.3.
+/// 8-byte 4.6 against 6.3. The 8-byte-key one-pass join runs two (its early id loads take
+/// more registers, `kEarlyIds`); the launch reads the kernel's occupancy.
 const BLOCK: u32 = 512;
 
 /// Tables meant to share an SM, by key width: a table takes at most this fraction of the SM's
