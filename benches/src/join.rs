@@ -56,6 +56,11 @@ pub(crate) struct JoinArgs {
     /// Join kind: inner, left-semi, left-anti or left-outer.
     #[arg(long, default_value = "inner", value_parser = parse_kind)]
     kind: JoinKind,
+    /// Keep 8-byte keys 8 bytes wide: by default the partitioned joins (PHJ-OM, PHJ-UM) join
+    /// 8-byte keys that span at most 2^32 values as their low 32 bits (exact; the row's
+    /// `narrowed keys` field says when).
+    #[arg(long)]
+    no_key_narrowing: bool,
     /// Algorithms by name (SMJ-UM, SMJ-OM, NPHJ-open, NPHJ-chained, PHJ-UM, PHJ-OM, auto), comma separated;
     /// default: all for a workload, auto for files (which take one).
     #[arg(long, value_delimiter = ',', value_parser = parse_algorithm)]
@@ -170,7 +175,9 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
                 ));
             }
         };
-        let opts = JoinOptions::new(args.kind).algorithm(algorithm);
+        let opts = JoinOptions::new(args.kind)
+            .algorithm(algorithm)
+            .narrow_keys(!args.no_key_narrowing);
         return join_files(
             device,
             (left, right, on.as_str()),
@@ -218,6 +225,7 @@ fn with_stats(row: Row, requested: Algorithm, st: &JoinStats) -> Row {
             "peak MiB",
             st.peak_memory_bytes.map(|p| p as f64 / (1 << 20) as f64),
         )
+        .detail("narrowed keys", if st.narrowed_keys { "yes" } else { "no" })
 }
 
 /// Joins two files on their key columns and writes the result (see the module's docs).
@@ -414,6 +422,7 @@ fn bench<B: JoinBackend, K: Key>(
     for &algorithm in algorithms {
         let mut opts = JoinOptions::new(args.kind)
             .algorithm(algorithm)
+            .narrow_keys(!args.no_key_narrowing)
             .right_unique(true); // R's keys are unique in every workload here
         let (chunks, st) = match args.memory_budget {
             Some(budget) => {

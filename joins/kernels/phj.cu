@@ -764,3 +764,38 @@ extern "C" __global__ void phj_item_parts(const uint64_t* item_offsets, uint64_t
          i += joinkit::kWarpSize)
       item_part[i] = static_cast<uint32_t>(p);
 }
+
+// The low 32 bits of n 8-byte keys into `out`, and the least and greatest key folded into
+// range[0] (atomicMin) and range[1] (atomicMax), which the caller sets to (2^64 - 1, 0) before
+// the first side: both sides' keys go through before the caller reads the range and keeps the
+// narrowed keys only when it spans fewer than 2^32 values (src/copart_cuda.rs narrow_keys). Four
+// keys a thread are loaded before any is stored.
+extern "C" __global__ void phj_narrow_keys(const uint64_t* keys, uint64_t n, uint32_t* out,
+                                           unsigned long long* range) {
+  constexpr uint32_t kInFlight = 4;
+  uint64_t least = ~0ull, greatest = 0;
+  const uint64_t stride = joinkit::grid_stride();
+  for (uint64_t first = joinkit::global_thread_id(); first < n; first += kInFlight * stride) {
+    uint64_t k[kInFlight];
+#pragma unroll
+    for (uint32_t j = 0; j < kInFlight; ++j) {
+      const uint64_t i = first + j * stride;
+      if (i < n) k[j] = keys[i];
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kInFlight; ++j) {
+      const uint64_t i = first + j * stride;
+      if (i >= n) continue;
+      out[i] = static_cast<uint32_t>(k[j]);
+      least = k[j] < least ? k[j] : least;
+      greatest = k[j] > greatest ? k[j] : greatest;
+    }
+  }
+  // The least key as the greatest complement: one reduction function for both.
+  const uint64_t not_least = joinkit::warp_max(~least);
+  greatest = joinkit::warp_max(greatest);
+  if (joinkit::lane_id() == 0 && (not_least != 0 || greatest != 0)) {  // the warp saw a key
+    atomicMin(range, static_cast<unsigned long long>(~not_least));
+    atomicMax(range + 1, static_cast<unsigned long long>(greatest));
+  }
+}

@@ -340,7 +340,7 @@ impl<'a, B: JoinBackend, K: Key> RowChunks<'a, B, K> {
             self.left.len(),
             self.right_rows,
             self.output_rows,
-            self.phases.phases.clone(),
+            &self.phases,
         )
     }
 

@@ -447,6 +447,44 @@ impl CoPartitionJoin for CudaBackend {
         Ok(out)
     }
 
+    fn narrow_keys<K: Key>(
+        &self,
+        left: &DeviceBuffer<K>,
+        right: &DeviceBuffer<K>,
+    ) -> Result<Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>> {
+        if K::BITS != 64 {
+            return Ok(None);
+        }
+        // Least and greatest key so far; the kernel only lowers and raises them.
+        let range = self.upload(&[u64::MAX, 0])?;
+        let narrow = |keys: &DeviceBuffer<K>| -> Result<DeviceBuffer<u32>> {
+            let out = self.alloc::<u32>(keys.len())?;
+            if !keys.is_empty() {
+                let args = [
+                    Arg::U64(keys.device_ptr()),
+                    Arg::U64(keys.len() as u64),
+                    Arg::U64(out.device_ptr()),
+                    Arg::U64(range.device_ptr()),
+                ];
+                // Reads the side's keys, writes as many u32 and the two range words.
+                launch_small(
+                    self,
+                    "phj_narrow_keys",
+                    keys.len().div_ceil(4),
+                    false,
+                    &args,
+                )?;
+            }
+            Ok(out)
+        };
+        let (l, r) = (narrow(left)?, narrow(right)?);
+        let [least, greatest] = self.download(&range)?[..] else {
+            return Err(Error::Corrupt("the key range is two words".into()));
+        };
+        let fits = least > greatest || greatest - least <= u64::from(u32::MAX);
+        Ok(fits.then_some((l, r)))
+    }
+
     fn contiguous_pieces(
         &self,
         offsets: &DeviceBuffer<u64>,

@@ -125,10 +125,32 @@ pub(crate) struct Matched<B: Backend, K: Key> {
     pub(crate) columns: Option<PairColumns<B>>,
 }
 
+impl<B: Backend> Matched<B, u32> {
+    /// The match of a join whose 8-byte keys were narrowed to `u32`
+    /// ([`crate::CoPartitionJoin::narrow_keys`]), as the join of its keys: the same pairs and
+    /// rows. Only a match that keeps no keys for later (no partitioned sides) converts.
+    fn narrowed<K: Key>(self) -> Result<Matched<B, K>> {
+        if self.partitioned.is_some() {
+            return Err(Error::Corrupt(
+                "a match with narrowed keys kept them for the payloads' transform".into(),
+            ));
+        }
+        Ok(Matched {
+            pairs: self.pairs,
+            left_only: self.left_only,
+            sorted: self.sorted,
+            partitioned: None,
+            columns: self.columns,
+        })
+    }
+}
+
 /// Times phases and records them in order.
 pub(crate) struct Phases<'b, B: Backend> {
     backend: &'b B,
     pub(crate) phases: Vec<(&'static str, f64)>,
+    /// Whether the match joined 8-byte keys narrowed to their low 32 bits.
+    pub(crate) narrowed_keys: bool,
 }
 
 impl<'b, B: Backend> Phases<'b, B> {
@@ -136,6 +158,7 @@ impl<'b, B: Backend> Phases<'b, B> {
         Self {
             backend,
             phases: Vec::new(),
+            narrowed_keys: false,
         }
     }
 
@@ -364,12 +387,30 @@ fn run_match<B: JoinBackend, K: Key>(
     layout: Layout<'_, B>,
     budget: &Budget,
 ) -> Result<Matched<B, K>> {
-    let m = match algorithm {
-        Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false, budget)?,
-        Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true, budget)?,
-        Algorithm::PhjUm => phj_um(b, ph, left, right, opts, budget)?,
-        Algorithm::PhjOm => phj_om(b, ph, left, right, opts, layout, budget)?,
-        Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto => {
+    let partitioned = matches!(algorithm, Algorithm::PhjUm | Algorithm::PhjOm);
+    let narrowed = if partitioned
+        && opts.narrow_keys
+        && K::BITS == 64
+        && !matches!(layout, Layout::Positions { .. })
+    {
+        ph.run("transform", || b.narrow_keys(left, right))?
+    } else {
+        None
+    };
+    let m = match (algorithm, narrowed) {
+        (Algorithm::PhjUm, Some((l, r))) => {
+            ph.narrowed_keys = true;
+            phj_um(b, ph, &l, &r, opts, budget)?.narrowed()?
+        }
+        (Algorithm::PhjOm, Some((l, r))) => {
+            ph.narrowed_keys = true;
+            phj_om(b, ph, &l, &r, opts, layout, budget)?.narrowed()?
+        }
+        (Algorithm::NphjOpen, _) => hash_match(b, ph, left, right, opts, false, budget)?,
+        (Algorithm::NphjChained, _) => hash_match(b, ph, left, right, opts, true, budget)?,
+        (Algorithm::PhjUm, _) => phj_um(b, ph, left, right, opts, budget)?,
+        (Algorithm::PhjOm, _) => phj_om(b, ph, left, right, opts, layout, budget)?,
+        (Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto, _) => {
             merge_match(b, ph, left, right, opts, budget)?
         }
     };
@@ -426,7 +467,7 @@ pub(crate) fn stats<B: Backend>(
     left_rows: usize,
     right_rows: usize,
     output_rows: u64,
-    phases: Vec<(&'static str, f64)>,
+    ph: &Phases<'_, B>,
 ) -> JoinStats {
     JoinStats {
         algorithm,
@@ -434,9 +475,10 @@ pub(crate) fn stats<B: Backend>(
         left_rows,
         right_rows,
         output_rows,
-        phases,
+        phases: ph.phases.clone(),
         peak_memory_bytes: b.memory().map(|m| m.peak_bytes),
         sampled: None,
+        narrowed_keys: ph.narrowed_keys,
     }
 }
 
@@ -521,7 +563,7 @@ pub fn join_rows<B: JoinBackend, K: Key>(
         })
     })?;
     let n = rows.left.len() as u64;
-    let mut st = stats(b, algorithm, opts, left.len(), right.len(), n, ph.phases);
+    let mut st = stats(b, algorithm, opts, left.len(), right.len(), n, &ph);
     st.sampled = sampled;
     Ok((rows, st))
 }
@@ -631,7 +673,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         left.len(),
         right.len(),
         result.rows,
-        ph.phases,
+        &ph,
     );
     st.sampled = sampled;
     Ok((result, st))

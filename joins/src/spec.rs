@@ -125,6 +125,13 @@ pub struct JoinOptions {
     /// The chunked joins ([`crate::join_columns_chunked`], [`crate::join_rows_chunked`]) need
     /// a budget and yield the output in pieces that each fit it.
     pub memory_budget: Option<u64>,
+    /// Let the partitioned joins (PHJ-OM, PHJ-UM) join 8-byte keys as their low 32 bits when
+    /// the keys of both sides lie within a range of at most 2^32 values, which makes the
+    /// result exact ([`crate::CoPartitionJoin::narrow_keys`]; [`crate::JoinStats::narrowed_keys`]
+    /// says whether it happened). On by default; off keeps the keys' width (to measure it).
+    /// Not taken by a PHJ-OM `join_columns` that partitions its payload columns after the
+    /// match (GFTR with more than two payloads a side, or a semi, anti or outer join).
+    pub narrow_keys: bool,
 }
 
 impl JoinOptions {
@@ -135,6 +142,7 @@ impl JoinOptions {
             algorithm: Algorithm::Auto,
             right_unique: false,
             memory_budget: None,
+            narrow_keys: true,
         }
     }
 
@@ -153,6 +161,12 @@ impl JoinOptions {
     /// With a budget of `bytes` for the output buffers (see [`JoinOptions::memory_budget`]).
     pub fn memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// Allowing 8-byte keys to be narrowed or not (see [`JoinOptions::narrow_keys`]).
+    pub fn narrow_keys(mut self, narrow: bool) -> Self {
+        self.narrow_keys = narrow;
         self
     }
 }

@@ -25,6 +25,8 @@ pub struct JoinStats {
     /// For [`Algorithm::Auto`]: the sampled statistics the choice was made from (`None` when
     /// the algorithm was given, or the build side fit the cache and nothing was sampled).
     pub sampled: Option<JoinInputStats>,
+    /// Whether 8-byte keys were joined as their low 32 bits ([`crate::JoinOptions::narrow_keys`]).
+    pub narrowed_keys: bool,
 }
 
 impl JoinStats {

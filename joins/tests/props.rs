@@ -361,3 +361,93 @@ fn skewed<K: Key>(g: &joinkit_cuda::CudaBackend) {
         );
     }
 }
+
+/// 8-byte keys around a random base, `base + x * 2^31 + y` with x up to a drawn 0, 1 or 2:
+/// both sides span less than 2^32 when x stays below 2; with x 0 and 2 two keys share their low
+/// 32 bits, which a narrowing that ignored the range would join. The partitioned joins narrow exactly
+/// when both sides span at most 2^32 values (and the option allows), and every result equals the
+/// reference: pairs (join_rows, every kind) and the payloads the match writes (join_columns,
+/// inner, one u64 column a side), unique right keys or not.
+#[test]
+fn narrowed_keys_join_like_the_reference() {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu("narrowed_keys_join_like_the_reference");
+    let side = || proptest::collection::vec((0u64..3, 0u64..4), 0..250);
+    let keys_of = |base: u64, most: u64, xy: &[(u64, u64)]| -> Vec<u64> {
+        xy.iter()
+            .map(|&(x, y)| base.wrapping_add(((x % (most + 1)) << 31) + y))
+            .collect()
+    };
+    let base = prop_oneof![any::<u64>(), Just(0), Just(u64::MAX - (1 << 32) + 1)];
+    let algorithms = [Algorithm::PhjOm, Algorithm::PhjUm, Algorithm::NphjOpen];
+    runner()
+        .run(&(base, 0u64..3, side(), side()), |(base, most, l, r)| {
+            let (l, r) = (keys_of(base, most, &l), keys_of(base, most, &r));
+            let both = l.iter().chain(&r);
+            let span = both.clone().max().zip(both.min()).map_or(0, |(g, s)| g - s);
+            each_case(&r, &algorithms, |r, kind, opts| {
+                let want = join_pairs(&l, r, kind);
+                for narrow in [true, false] {
+                    let opts = opts.narrow_keys(narrow);
+                    let narrows = narrow
+                        && span <= u64::from(u32::MAX)
+                        && opts.algorithm != Algorithm::NphjOpen;
+                    let check = |run: NarrowedRun| {
+                        prop_assert_eq!(&run.pairs, &want, "{:?}", opts);
+                        prop_assert_eq!(run.narrowed, narrows, "{:?}", opts);
+                        if kind == JoinKind::Inner {
+                            let shape = [Shape::U64, Shape::U64];
+                            prop_assert_eq!(&run.rows, &shaped_expected(&l, r, kind, shape));
+                        }
+                        Ok(())
+                    };
+                    check(narrowed_run(&CpuBackend::new(), &l, r, &opts))?;
+                    #[cfg(feature = "cuda")]
+                    if let Some(g) = &gpu {
+                        check(narrowed_run(g, &l, r, &opts))?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+}
+
+/// What [`narrowed_run`] saw.
+struct NarrowedRun {
+    /// `join_rows`' pairs, sorted.
+    pairs: Vec<(u32, u32)>,
+    /// Whether the join narrowed its keys.
+    narrowed: bool,
+    /// For an inner join, the rows of `join_columns` over one u64 payload column a side.
+    rows: Vec<Vec<u64>>,
+}
+
+fn narrowed_run<B: JoinBackend>(b: &B, l: &[u64], r: &[u64], opts: &JoinOptions) -> NarrowedRun {
+    let (rows, stats) = join_rows(b, &b.upload(l).unwrap(), &b.upload(r).unwrap(), opts).unwrap();
+    let mut pairs = pairs_from(b, &rows);
+    pairs.sort_unstable();
+    let narrowed = stats.narrowed_keys;
+    if opts.kind != JoinKind::Inner {
+        return NarrowedRun {
+            pairs,
+            narrowed,
+            rows: Vec::new(),
+        };
+    }
+    let shape = [Shape::U64, Shape::U64];
+    let columns = shaped_rows(b, l, r, opts, shape);
+    let (_, col_stats) = join_columns(
+        b,
+        &shaped_table(b, l, 10, shape[0]),
+        &shaped_table(b, r, 20, shape[1]),
+        opts,
+    )
+    .unwrap();
+    assert_eq!(col_stats.narrowed_keys, narrowed);
+    NarrowedRun {
+        pairs,
+        narrowed,
+        rows: columns,
+    }
+}
