@@ -63,6 +63,10 @@ pub(crate) struct SequenceArgs {
     /// Seed of the generated keys.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Keep 8-byte keys 8 bytes wide in the partitioned joins (see `join --help`; each row's
+    /// `jN narrowed keys` field says when they were narrowed).
+    #[arg(long)]
+    no_key_narrowing: bool,
 }
 
 /// The plot of a sequence sweep: throughput against |S|, a line per algorithm and
@@ -192,6 +196,7 @@ fn bench<B: JoinBackend, K: ColumnKey>(
     for &algorithm in plan.algorithms {
         for &fk in plan.fks {
             let mut opts = SequenceOptions::new(algorithm).fk(fk); // unique dimension keys
+            opts.join = opts.join.narrow_keys(!args.no_key_narrowing);
             if args.payloads > 0 {
                 opts = opts.materialize(k..k + args.payloads);
             }
@@ -234,7 +239,11 @@ fn bench<B: JoinBackend, K: ColumnKey>(
                     .detail(&format!("j{j} rows out"), step.join.output_rows)
                     .detail(&format!("j{j} fk ms"), step.fk_ms)
                     .detail(&format!("j{j} join ms"), step.join.total_ms())
-                    .detail(&format!("j{j} compose ms"), step.compose_ms);
+                    .detail(&format!("j{j} compose ms"), step.compose_ms)
+                    .detail(
+                        &format!("j{j} narrowed keys"),
+                        if step.join.narrowed_keys { "yes" } else { "no" },
+                    );
             }
             ctx.report.row(row);
         }

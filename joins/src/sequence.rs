@@ -107,8 +107,8 @@ impl<'a, B: Backend, K: Key> DimensionJoin<'a, B, K> {
 /// Options of a sequence of joins.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SequenceOptions {
-    /// Options of every join: the algorithm and `right_unique`; the kind must be
-    /// [`JoinKind::Inner`].
+    /// Options of every join: the algorithm, `right_unique` and `narrow_keys`; the kind must
+    /// be [`JoinKind::Inner`].
     pub join: JoinOptions,
     /// When the foreign keys are materialized.
     pub fk: FkMaterialization,

@@ -129,8 +129,9 @@ pub struct JoinOptions {
     /// the keys of both sides lie within a range of at most 2^32 values, which makes the
     /// result exact ([`crate::CoPartitionJoin::narrow_keys`]; [`crate::JoinStats::narrowed_keys`]
     /// says whether it happened). On by default; off keeps the keys' width (to measure it).
-    /// Not taken by a PHJ-OM `join_columns` that partitions its payload columns after the
-    /// match (GFTR with more than two payloads a side, or a semi, anti or outer join).
+    /// Not taken by a PHJ-OM `join_columns` whose match does not write the payloads itself
+    /// (anything but an inner join with one `u32`/`u64` payload column a side, or two of one
+    /// of those types): its payload columns are partitioned after the match with the keys.
     pub narrow_keys: bool,
 }
 

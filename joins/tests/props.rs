@@ -299,6 +299,40 @@ fn large_pk_fk_join_matches_the_cpu() {
     }
 }
 
+/// 8-byte keys that fit 2^32 values, high above 2^32 (unique R, S drawing from it), sizes off
+/// the narrowing kernel's four keys a thread and any block: the partitioned joins narrow them
+/// on the GPU across many blocks, and every kind equals the CPU as a multiset (the inner join's
+/// payloads written by the match too).
+#[cfg(feature = "cuda")]
+#[test]
+fn large_narrowed_joins_match_the_cpu() {
+    let Some(g) = gpu("large_narrowed_joins_match_the_cpu") else {
+        return;
+    };
+    // 32-bit keys (their misses reach u32::MAX) lifted by a base with high bits set.
+    let lift = |keys: Vec<u32>| -> Vec<u64> {
+        keys.into_iter()
+            .map(|k| 0x0123_4567_0000_0000 + u64::from(k))
+            .collect()
+    };
+    let r = lift(joinkit_datagen::unique_keys((1 << 21) + 3, 5).unwrap());
+    let s = lift(joinkit_datagen::foreign_keys((1 << 21) + 3, (1 << 22) + 1, 0.7, 6).unwrap());
+    for algorithm in [Algorithm::PhjOm, Algorithm::PhjUm] {
+        for kind in JoinKind::ALL {
+            let opts = JoinOptions::new(kind)
+                .algorithm(algorithm)
+                .right_unique(true);
+            let (got, want) = (
+                narrowed_run(&g, &s, &r, &opts),
+                narrowed_run(&CpuBackend::new(), &s, &r, &opts),
+            );
+            assert!(got.narrowed && want.narrowed, "{algorithm} {kind:?}");
+            assert_eq!(got.pairs, want.pairs, "{algorithm} {kind:?}");
+            assert_eq!(got.rows, want.rows, "{algorithm} {kind:?}");
+        }
+    }
+}
+
 /// The partitioned joins where a GPU splits work: R partitions far above a build piece (hot
 /// keys repeated thousands of times, all rows on the largest key) joined with every probe
 /// chunk of their partition, and Zipf-skewed S partitions cut into chunks; every kind, both
