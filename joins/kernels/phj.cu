@@ -765,6 +765,20 @@ extern "C" __global__ void phj_item_parts(const uint64_t* item_offsets, uint64_t
       item_part[i] = static_cast<uint32_t>(p);
 }
 
+// Folds this thread's least and greatest key into range[0] (atomicMin) and range[1]
+// (atomicMax), one atomic pair a warp; every lane of the warp calls it. A thread that saw no
+// key holds (2^64 - 1, 0).
+__device__ __forceinline__ void fold_range(uint64_t least, uint64_t greatest,
+                                           unsigned long long* range) {
+  // The least key as the greatest complement: one reduction function for both.
+  const uint64_t not_least = joinkit::warp_max(~least);
+  greatest = joinkit::warp_max(greatest);
+  if (joinkit::lane_id() == 0 && (not_least != 0 || greatest != 0)) {  // the warp saw a key
+    atomicMin(range, static_cast<unsigned long long>(~not_least));
+    atomicMax(range + 1, static_cast<unsigned long long>(greatest));
+  }
+}
+
 // The low 32 bits of n 8-byte keys into `out`, and the least and greatest key folded into
 // range[0] (atomicMin) and range[1] (atomicMax), which the caller sets to (2^64 - 1, 0) before
 // the first side: both sides' keys go through before the caller reads the range and keeps the
@@ -791,11 +805,21 @@ extern "C" __global__ void phj_narrow_keys(const uint64_t* keys, uint64_t n, uin
       greatest = k[j] > greatest ? k[j] : greatest;
     }
   }
-  // The least key as the greatest complement: one reduction function for both.
-  const uint64_t not_least = joinkit::warp_max(~least);
-  greatest = joinkit::warp_max(greatest);
-  if (joinkit::lane_id() == 0 && (not_least != 0 || greatest != 0)) {  // the warp saw a key
-    atomicMin(range, static_cast<unsigned long long>(~not_least));
-    atomicMax(range + 1, static_cast<unsigned long long>(greatest));
+  fold_range(least, greatest, range);
+}
+
+// Folds `samples` of n 8-byte keys, evenly spaced, into range[0] (least, atomicMin) and
+// range[1] (greatest, atomicMax), set by the caller to (2^64 - 1, 0): a look before
+// phj_narrow_keys, whose pass is wasted when the keys span more than 2^32 values, which a few
+// keys usually show (a miss key far above the build keys, hashed or random keys).
+extern "C" __global__ void phj_sample_range(const uint64_t* keys, uint64_t n, uint64_t samples,
+                                            unsigned long long* range) {
+  uint64_t least = ~0ull, greatest = 0;
+  const uint64_t taken = samples < n ? samples : n;
+  for (uint64_t s = joinkit::global_thread_id(); s < taken; s += joinkit::grid_stride()) {
+    const uint64_t k = keys[s * n / taken];
+    least = k < least ? k : least;
+    greatest = k > greatest ? k : greatest;
   }
+  fold_range(least, greatest, range);
 }
