@@ -236,7 +236,8 @@ pub trait CoPartitionJoin: Backend {
     /// one-to-one on the keys (two keys of such a range differing in them would differ by less
     /// than 2^32 and by a multiple of it), so joining the narrowed keys joins the keys, and the
     /// partition moves and the match compares 4 bytes a key instead of 8 (frame of reference,
-    /// as the codec's, without the subtraction). On CUDA one pass writes the low bits while it
+    /// as the codec's, without the subtraction). On CUDA, after a look at a few thousand keys
+    /// a side that may already show the range too wide, one pass writes the low bits while it
     /// finds the range, and discards them when it is too wide.
     ///
     /// # Errors
