@@ -439,6 +439,10 @@ __device__ __forceinline__ void load_round_keys(const CoParams& p, const Item& i
 template <typename K>
 constexpr bool kEarlyIds = sizeof(K) == 8;
 
+// Blocks an SM the one-pass join is built for: two with kEarlyIds, else three.
+template <typename K>
+constexpr uint32_t kJoinBlocks = kEarlyIds<K> ? 2 : 3;
+
 // One round of the item's probe rows from `first` on, their keys loaded: marks matched probe
 // rows in `flags` and writes the pairs.
 template <typename K, typename PW, typename BW>
@@ -594,25 +598,24 @@ __device__ void join_items(const CoParams& p) {
 
 // The count, write and one-pass join kernels, per key type and id words (`_4`: uint32_t, `_8`:
 // uint64_t; the count pass names only the probe side's, which the flags read), built for three
-// blocks an SM (40 registers a thread), or JOIN_BLOCKS for the one-pass join: two for 8-byte
-// keys, whose early id words take more (kEarlyIds).
+// blocks an SM (40 registers a thread), or kJoinBlocks for the one-pass join.
 #define MATCH_KERNEL(NAME, BLOCKS, ...)                                                \
   extern "C" __global__ void __launch_bounds__(kJoinBlock, BLOCKS) NAME(CoParams p) { \
     __VA_ARGS__(p);                                                                    \
   }
-#define MATCH_KERNELS(KN, K, JOIN_BLOCKS)                                           \
-  MATCH_KERNEL(phj_count_##KN##_4, 3, count_items<K, uint32_t>)                     \
-  MATCH_KERNEL(phj_count_##KN##_8, 3, count_items<K, uint64_t>)                     \
-  MATCH_KERNEL(phj_write_##KN##_4_4, 3, write_items<K, uint32_t, uint32_t>)         \
-  MATCH_KERNEL(phj_write_##KN##_4_8, 3, write_items<K, uint32_t, uint64_t>)         \
-  MATCH_KERNEL(phj_write_##KN##_8_4, 3, write_items<K, uint64_t, uint32_t>)         \
-  MATCH_KERNEL(phj_write_##KN##_8_8, 3, write_items<K, uint64_t, uint64_t>)         \
-  MATCH_KERNEL(phj_join_##KN##_4_4, JOIN_BLOCKS, join_items<K, uint32_t, uint32_t>) \
-  MATCH_KERNEL(phj_join_##KN##_4_8, JOIN_BLOCKS, join_items<K, uint32_t, uint64_t>) \
-  MATCH_KERNEL(phj_join_##KN##_8_4, JOIN_BLOCKS, join_items<K, uint64_t, uint32_t>) \
-  MATCH_KERNEL(phj_join_##KN##_8_8, JOIN_BLOCKS, join_items<K, uint64_t, uint64_t>)
-MATCH_KERNELS(u32, uint32_t, 3)
-MATCH_KERNELS(u64, uint64_t, 2)
+#define MATCH_KERNELS(KN, K)                                                             \
+  MATCH_KERNEL(phj_count_##KN##_4, 3, count_items<K, uint32_t>)                          \
+  MATCH_KERNEL(phj_count_##KN##_8, 3, count_items<K, uint64_t>)                          \
+  MATCH_KERNEL(phj_write_##KN##_4_4, 3, write_items<K, uint32_t, uint32_t>)              \
+  MATCH_KERNEL(phj_write_##KN##_4_8, 3, write_items<K, uint32_t, uint64_t>)              \
+  MATCH_KERNEL(phj_write_##KN##_8_4, 3, write_items<K, uint64_t, uint32_t>)              \
+  MATCH_KERNEL(phj_write_##KN##_8_8, 3, write_items<K, uint64_t, uint64_t>)              \
+  MATCH_KERNEL(phj_join_##KN##_4_4, (kJoinBlocks<K>), join_items<K, uint32_t, uint32_t>) \
+  MATCH_KERNEL(phj_join_##KN##_4_8, (kJoinBlocks<K>), join_items<K, uint32_t, uint64_t>) \
+  MATCH_KERNEL(phj_join_##KN##_8_4, (kJoinBlocks<K>), join_items<K, uint64_t, uint32_t>) \
+  MATCH_KERNEL(phj_join_##KN##_8_8, (kJoinBlocks<K>), join_items<K, uint64_t, uint64_t>)
+MATCH_KERNELS(u32, uint32_t)
+MATCH_KERNELS(u64, uint64_t)
 #undef MATCH_KERNELS
 #undef MATCH_KERNEL
 
@@ -782,7 +785,7 @@ __device__ __forceinline__ void fold_range(uint64_t least, uint64_t greatest,
 // The low 32 bits of n 8-byte keys into `out`, and the least and greatest key folded into
 // range[0] (atomicMin) and range[1] (atomicMax), which the caller sets to (2^64 - 1, 0) before
 // the first side: both sides' keys go through before the caller reads the range and keeps the
-// narrowed keys only when it spans fewer than 2^32 values (src/copart_cuda.rs narrow_keys). Four
+// narrowed keys only when it spans at most 2^32 values (src/copart_cuda.rs narrow_keys). Four
 // keys a thread are loaded before any is stored.
 extern "C" __global__ void phj_narrow_keys(const uint64_t* keys, uint64_t n, uint32_t* out,
                                            unsigned long long* range) {

@@ -10,7 +10,7 @@ use crate::choose::{ChoiceParams, JoinInputStats, choose, sample_stats};
 use crate::chunk::Budget;
 use crate::copart::{CoPartitionJoin, PairColumns};
 use crate::flags::MatchFlags;
-use crate::phj::{Layout, PartitionedSide, phj_om, phj_um};
+use crate::phj::{Layout, PartitionedSide, partitioned_match};
 use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
 
 /// Everything a backend needs to run every join algorithm.
@@ -129,7 +129,7 @@ impl<B: Backend> Matched<B, u32> {
     /// The match of a join whose 8-byte keys were narrowed to `u32`
     /// ([`crate::CoPartitionJoin::narrow_keys`]), as the join of its keys: the same pairs and
     /// rows. Only a match that keeps no keys for later (no partitioned sides) converts.
-    fn narrowed<K: Key>(self) -> Result<Matched<B, K>> {
+    pub(crate) fn narrowed<K: Key>(self) -> Result<Matched<B, K>> {
         if self.partitioned.is_some() {
             return Err(Error::Corrupt(
                 "a match with narrowed keys kept them for the payloads' transform".into(),
@@ -387,30 +387,20 @@ fn run_match<B: JoinBackend, K: Key>(
     layout: Layout<'_, B>,
     budget: &Budget,
 ) -> Result<Matched<B, K>> {
-    let partitioned = matches!(algorithm, Algorithm::PhjUm | Algorithm::PhjOm);
-    let narrowed = if partitioned
-        && opts.narrow_keys
-        && K::BITS == 64
-        && !matches!(layout, Layout::Positions { .. })
-    {
-        ph.run("transform", || b.narrow_keys(left, right))?
-    } else {
-        None
-    };
-    let m = match (algorithm, narrowed) {
-        (Algorithm::PhjUm, Some((l, r))) => {
-            ph.narrowed_keys = true;
-            phj_um(b, ph, &l, &r, opts, budget)?.narrowed()?
-        }
-        (Algorithm::PhjOm, Some((l, r))) => {
-            ph.narrowed_keys = true;
-            phj_om(b, ph, &l, &r, opts, layout, budget)?.narrowed()?
-        }
-        (Algorithm::NphjOpen, _) => hash_match(b, ph, left, right, opts, false, budget)?,
-        (Algorithm::NphjChained, _) => hash_match(b, ph, left, right, opts, true, budget)?,
-        (Algorithm::PhjUm, _) => phj_um(b, ph, left, right, opts, budget)?,
-        (Algorithm::PhjOm, _) => phj_om(b, ph, left, right, opts, layout, budget)?,
-        (Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto, _) => {
+    let m = match algorithm {
+        Algorithm::NphjOpen => hash_match(b, ph, left, right, opts, false, budget)?,
+        Algorithm::NphjChained => hash_match(b, ph, left, right, opts, true, budget)?,
+        Algorithm::PhjUm | Algorithm::PhjOm => partitioned_match(
+            b,
+            ph,
+            algorithm == Algorithm::PhjUm,
+            left,
+            right,
+            opts,
+            layout,
+            budget,
+        )?,
+        Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto => {
             merge_match(b, ph, left, right, opts, budget)?
         }
     };

@@ -282,10 +282,45 @@ fn co_match<B: JoinBackend, K: Key>(
     Ok((out.pairs, left_only))
 }
 
+/// PHJ-UM (`um`) or PHJ-OM, on the keys' low 32 bits when they are 8-byte keys that
+/// [`crate::CoPartitionJoin::narrow_keys`] finds in a range of at most 2^32 values and `opts`
+/// allows it (`ph.narrowed_keys` then says so). A PHJ-OM whose payload columns are partitioned
+/// after the match ([`Layout::Positions`]) keeps the keys, which that transform partitions with.
+#[allow(clippy::too_many_arguments)] // the sides, the choices, the output's layout and budget
+pub(crate) fn partitioned_match<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    um: bool,
+    left: &B::Buf<K>,
+    right: &B::Buf<K>,
+    opts: &JoinOptions,
+    layout: Layout<'_, B>,
+    budget: &Budget,
+) -> Result<Matched<B, K>> {
+    let narrowed =
+        if opts.narrow_keys && K::BITS == 64 && !matches!(layout, Layout::Positions { .. }) {
+            ph.run("transform", || b.narrow_keys(left, right))?
+        } else {
+            None
+        };
+    match (narrowed, um) {
+        (Some((l, r)), true) => {
+            ph.narrowed_keys = true;
+            phj_um(b, ph, &l, &r, opts, budget)?.narrowed()
+        }
+        (Some((l, r)), false) => {
+            ph.narrowed_keys = true;
+            phj_om(b, ph, &l, &r, opts, layout, budget)?.narrowed()
+        }
+        (None, true) => phj_um(b, ph, left, right, opts, budget),
+        (None, false) => phj_om(b, ph, left, right, opts, layout, budget),
+    }
+}
+
 /// PHJ-OM: stable radix partition (of the keys, or of the mixed keys when R's partitions come
 /// out unbalanced; carrying row ids, each side's first payload column, or all of its payloads
 /// as [`Layout`] says), co-partition join.
-pub(crate) fn phj_om<B: JoinBackend, K: Key>(
+fn phj_om<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
     left: &B::Buf<K>,
@@ -404,7 +439,7 @@ pub(crate) fn phj_om<B: JoinBackend, K: Key>(
 /// chains come out unbalanced), co-partition join writing row ids. When
 /// |R| needs more than the bucket chains' 2^10 partitions, the stable radix partition (keys and
 /// row ids) takes their place.
-pub(crate) fn phj_um<B: JoinBackend, K: Key>(
+fn phj_um<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
     left: &B::Buf<K>,
