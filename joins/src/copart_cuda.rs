@@ -339,8 +339,12 @@ fn total_and_stats(
 fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
     // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
     // launch's need: the limit belongs to the kernel, shared by every thread launching it, and a
-    // smaller value set by one would make another's larger launch fail.
-    let allowed = (b.info().max_shared_per_block_optin as usize).saturating_sub(STATIC_SHARED);
+    // smaller value set by one would make another's larger launch fail. The kernel's static
+    // shared memory counts against the same per-block limit.
+    let fixed = f
+        .shared_size_bytes()
+        .map_err(driver("reading the kernel's static shared memory"))? as usize;
+    let allowed = (b.info().max_shared_per_block_optin as usize).saturating_sub(fixed);
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         allowed.max(smem) as i32,

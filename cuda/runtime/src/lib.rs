@@ -7,8 +7,9 @@
 //!   feature, `CudaBackend` (cudarc, loading libcuda dynamically);
 //! - [`Device`]: run-time choice of backend (`Device::best()`, `JOINKIT_DEVICE=cpu|cuda:N`);
 //! - the element and key types ([`Element`], [`Key`]) and one [`Error`] type;
-//! - with `cuda`: typed device buffers with a peak-memory counter, embedded fatbin modules loaded
-//!   once per device (`kernel_module!`), launch shapes from device properties, and the
+//! - with `cuda`: typed device buffers with a peak-memory counter, freed allocations kept for
+//!   requests of the same size (`CudaBackend::set_buffer_cache_limit`), embedded fatbin modules
+//!   loaded once per device (`kernel_module!`), launch shapes from device properties, and the
 //!   `Scratch` temp-storage protocol;
 //! - shared device headers in `include/joinkit/` (`hash.cuh`: murmur3 fmix32/fmix64 with seeds;
 //!   `device.cuh`: grid-stride, warp and block scans, 64-bit atomics) with CPU twins in [`hash`].

@@ -100,6 +100,49 @@ fn cuda_backend_meets_the_contract() {
     assert!(after.peak_bytes >= before.current_bytes + (1 << 20));
 }
 
+/// A freed buffer goes to the backend's cache and comes back for the next request of its size
+/// in bytes; the cache keeps to its limit, oldest first, and is not counted as used memory.
+#[cfg(feature = "cuda")]
+#[test]
+fn freed_buffers_come_back_at_their_size() {
+    let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("freed_buffers_come_back_at_their_size")
+    else {
+        return;
+    };
+    const MIB: usize = 1 << 20;
+    gpu.set_buffer_cache_limit(3 * MIB / 2);
+    let used = gpu.memory().unwrap().current_bytes;
+    let first = gpu.alloc::<u64>(MIB / 8).unwrap();
+    let address = first.device_ptr();
+    drop(first);
+    assert_eq!(gpu.buffer_cache_bytes(), MIB);
+    assert_eq!(gpu.memory().unwrap().current_bytes, used);
+    // Another size leaves it; the same bytes as another element type take it, as a working
+    // buffer.
+    let other = gpu.alloc::<u32>(MIB / 8).unwrap();
+    assert_eq!(gpu.buffer_cache_bytes(), MIB);
+    let mut again = gpu.alloc::<u32>(MIB / 4).unwrap();
+    assert_eq!(again.device_ptr(), address);
+    assert_eq!(gpu.buffer_cache_bytes(), 0);
+    assert_eq!(gpu.memory().unwrap().current_bytes, used + MIB + MIB / 2);
+    gpu.fill(&mut again, 7).unwrap();
+    assert!(gpu.download(&again).unwrap().iter().all(|&x| x == 7));
+    // Up to the limit everything is kept; over it the oldest kept allocation goes back to the
+    // driver; one larger than the limit is never kept.
+    drop(again);
+    drop(other);
+    assert_eq!(gpu.buffer_cache_bytes(), 3 * MIB / 2);
+    drop(gpu.alloc::<u64>(3 * MIB / 32).unwrap());
+    assert_eq!(gpu.buffer_cache_bytes(), MIB / 2 + 3 * MIB / 4);
+    drop(gpu.alloc::<u64>(MIB / 4).unwrap());
+    assert_eq!(gpu.buffer_cache_bytes(), MIB / 2 + 3 * MIB / 4);
+    // A limit of 0 releases everything and keeps nothing.
+    gpu.set_buffer_cache_limit(0);
+    assert_eq!(gpu.buffer_cache_bytes(), 0);
+    drop(gpu.alloc::<u32>(16).unwrap());
+    assert_eq!(gpu.buffer_cache_bytes(), 0);
+}
+
 #[cfg(feature = "cuda")]
 #[test]
 fn request_beyond_free_device_memory_is_a_typed_error() {

@@ -1,11 +1,13 @@
 //! Typed device buffers that count themselves in their backend's memory accounting.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr};
 
 use super::MemoryTracker;
+use super::cache::BufferCache;
 use crate::{Buffer, Element};
 
 /// A column in device memory, owned by a [`super::CudaBackend`].
@@ -14,22 +16,30 @@ use crate::{Buffer, Element};
 /// view-level functions and a caller's own kernels can work on it directly.
 #[derive(Debug)]
 pub struct DeviceBuffer<T> {
-    slice: CudaSlice<T>,
+    /// Handed to `cache` when the buffer drops.
+    slice: ManuallyDrop<CudaSlice<T>>,
     len: usize,
     tracker: Arc<MemoryTracker>,
+    cache: Arc<BufferCache>,
     bytes: usize,
 }
 
 impl<T: Element> DeviceBuffer<T> {
     /// Wraps an allocation of at least `len` elements (one more may be held so that an empty
-    /// buffer still owns a valid pointer) and counts it.
-    pub(super) fn new(slice: CudaSlice<T>, len: usize, tracker: Arc<MemoryTracker>) -> Self {
+    /// buffer still owns a valid pointer), counts it, and hands it to `cache` when dropped.
+    pub(super) fn new(
+        slice: CudaSlice<T>,
+        len: usize,
+        tracker: Arc<MemoryTracker>,
+        cache: Arc<BufferCache>,
+    ) -> Self {
         let bytes = slice.len() * std::mem::size_of::<T>();
         tracker.add(bytes);
         Self {
-            slice,
+            slice: ManuallyDrop::new(slice),
             len,
             tracker,
+            cache,
             bytes,
         }
     }
@@ -77,5 +87,8 @@ impl<T: Element> Buffer<T> for DeviceBuffer<T> {
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         self.tracker.sub(self.bytes);
+        // SAFETY: the slice is taken once, here, and not used after.
+        self.cache
+            .keep(unsafe { ManuallyDrop::take(&mut self.slice) });
     }
 }

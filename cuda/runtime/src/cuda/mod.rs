@@ -2,6 +2,7 @@
 //! fatbin modules loaded once per device, launch shapes from the device's properties.
 
 mod buffer;
+mod cache;
 mod module;
 mod scratch;
 
@@ -16,10 +17,15 @@ use cudarc::driver::{
 };
 
 pub use buffer::DeviceBuffer;
+use cache::BufferCache;
 pub use module::KernelModule;
 pub use scratch::Scratch;
 
 use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
+
+/// A backend keeps freed allocations of up to this fraction of the device's memory for reuse
+/// ([`CudaBackend::set_buffer_cache_limit`]).
+const DEFAULT_CACHE_FRACTION: usize = 4;
 
 /// This crate's own kernels (fills, iota, reproducible random data).
 static RUNTIME_KERNELS: KernelModule = crate::kernel_module!();
@@ -93,6 +99,8 @@ struct Inner {
     stream: Arc<CudaStream>,
     info: DeviceInfo,
     memory: Arc<MemoryTracker>,
+    /// Freed allocations kept for reuse (see [`CudaBackend::set_buffer_cache_limit`]).
+    cache: Arc<BufferCache>,
     functions: Mutex<HashMap<(usize, &'static str), CudaFunction>>,
 }
 
@@ -197,6 +205,12 @@ impl CudaBackend {
         let ctx = stream.context().clone();
         let info = Self::read_info(&ctx)?;
         let pool = MemPool::keep_freed_memory(&ctx)?;
+        let limit = if ctx.is_event_tracking() {
+            0
+        } else {
+            info.total_memory / DEFAULT_CACHE_FRACTION
+        };
+        let cache = Arc::new(BufferCache::new(stream.clone(), limit));
         Ok(Self {
             inner: Arc::new(Inner {
                 ctx,
@@ -204,9 +218,28 @@ impl CudaBackend {
                 stream,
                 info,
                 memory: Arc::default(),
+                cache,
                 functions: Mutex::default(),
             }),
         })
+    }
+
+    /// Sets how many bytes of freed allocations the backend keeps to hand to later requests of
+    /// exactly their size (by default a quarter of the device's memory), releasing the oldest
+    /// kept ones above the new limit; 0 turns the cache off. Without it a request that fits no
+    /// free range of the driver's pool has its pages remapped, about a millisecond per few
+    /// gigabytes, and joins that free and allocate gigabyte columns meet that often. Kept
+    /// allocations are not counted in [`Backend::memory`]; an allocation that fails releases
+    /// them all and tries again. A backend on a stream whose context tracks events
+    /// ([`CudaBackend::with_stream`]) keeps nothing.
+    pub fn set_buffer_cache_limit(&self, bytes: usize) {
+        let tracking = self.inner.ctx.is_event_tracking();
+        self.inner.cache.set_limit(if tracking { 0 } else { bytes });
+    }
+
+    /// Bytes of freed allocations the backend keeps for reuse now.
+    pub fn buffer_cache_bytes(&self) -> usize {
+        self.inner.cache.held()
     }
 
     fn read_info(ctx: &Arc<CudaContext>) -> Result<DeviceInfo> {
@@ -324,10 +357,13 @@ impl CudaBackend {
         // SAFETY: the contents are unspecified by the contract of `alloc`; callers write them.
         // At least one element is allocated so a zero-length buffer still has a valid pointer.
         let attempt = || unsafe { self.inner.stream.alloc::<T>(len.max(1)) };
-        let slice = match attempt() {
+        let cached = self.inner.cache.take::<T>(len.max(1));
+        let slice = match cached.map_or_else(attempt, Ok) {
             Err(e) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => {
-                // Memory the pool keeps for reuse is not free to other pools: hand it back to
-                // the driver once queued work is done, and try again before giving up.
+                // Memory kept for reuse (by the cache, then by the pool, which keeps it from
+                // other pools) goes back to the driver once queued work is done, and the
+                // allocation is tried again before giving up.
+                self.inner.cache.release_all();
                 self.synchronize()?;
                 self.inner.pool.trim()?;
                 attempt()
@@ -342,7 +378,12 @@ impl CudaBackend {
             },
             _ => driver_error("allocating device memory", e),
         })?;
-        Ok(DeviceBuffer::new(slice, len, self.inner.memory.clone()))
+        Ok(DeviceBuffer::new(
+            slice,
+            len,
+            self.inner.memory.clone(),
+            self.inner.cache.clone(),
+        ))
     }
 
     /// Launches one of this crate's elementwise kernels over `buf`:
