@@ -13,15 +13,18 @@
 //! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
 //!    Where the two cross grows with what GFTR's transform moves beyond GFUR's 4-byte row
-//!    ids, so the threshold grows with the wider side's payload bytes (0.05 a byte beyond 4 on
-//!    CUDA, at most 0.6). H200 crossovers: 8 bytes a side, 0.15–0.2 (4 B 2+2: at match ratio
-//!    0.1 PHJ-UM 11.8 ms against PHJ-OM 13.0, at 0.3 PHJ-OM 14.0 against 16.8; 8 B narrow:
-//!    13.5 against 13.4 at 0.1, PHJ-OM 13.6 against 16.5 at 0.3): threshold 0.2; 12 bytes
-//!    (4 B 3+3, partitioned column by column), 0.38–0.45 (at 0.3 PHJ-UM 20.8–21.8 against
-//!    24.1–24.3, at 0.5 PHJ-OM 25.8–26.1 against 28.1–29.9): 0.4; 16 bytes (8 B 2+2, the
-//!    second `u64` column in a pass of its own), 0.53–0.63 (at 0.5 PHJ-UM 26.0–27.0 against
-//!    28.0–28.9, at 0.7 PHJ-OM 28.5–29.4 against 31.3–32.8): 0.6. A single threshold of 0.25
-//!    had Auto 35 % behind PHJ-UM on 8 B 2+2 at 0.3. Not on the CPU, whose bucket-chain
+//!    ids, so the threshold grows with the wider side's payload bytes (0.04 a byte beyond 4 on
+//!    CUDA, at most 0.6). H200 crossovers (2026-11-23, `c50ecc2`, freed allocations reused,
+//!    which sped GFTR's transform more than GFUR): 8 bytes a side, 0.1–0.14 (4 B 2+2: at match
+//!    ratio 0.1 PHJ-UM 11.8 ms against PHJ-OM 12.8, at 0.3 PHJ-OM 12.9 against 17.4; 8 B
+//!    narrow: 13.6 against 13.6 at 0.1, PHJ-OM 13.6 against 16.6 at 0.3): threshold 0.16; 12
+//!    bytes (4 B 3+3, partitioned column by column), 0.3–0.33 (at 0.2 PHJ-UM 17.6 against
+//!    21.8, at 0.3 20.6–21.6 against 22.1–22.2, at 0.4 PHJ-OM 22.5 against 25.7): 0.32 (0.035
+//!    a byte had Auto 12.6 % behind PHJ-UM at 0.3); 16 bytes (8 B 2+2, the
+//!    second `u64` column in a pass of its own), 0.43 (at 0.4 PHJ-UM 24.1 against 24.7, at 0.5
+//!    PHJ-OM 24.9 against 27.0): 0.48. Before that reuse the crossovers were 0.15–0.2, 0.38–0.45
+//!    and 0.53–0.63, and 0.05 a byte. A single threshold of 0.25 had Auto 35 % behind PHJ-UM
+//!    on 8 B 2+2 at 0.3. Not on the CPU, whose bucket-chain
 //!    partition makes PHJ-UM the slower at every ratio measured
 //!    ([`CoPartitionJoin::gfur_ratio_per_payload_byte`] is 0 there, and the match ratio is
 //!    not sampled).

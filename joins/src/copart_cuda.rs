@@ -428,9 +428,9 @@ impl CoPartitionJoin for CudaBackend {
     }
 
     fn gfur_ratio_per_payload_byte(&self) -> f64 {
-        // H200 crossovers: 0.15-0.2 at 8 payload bytes a side (4 B 2+2, 8 B narrow), 0.38-0.45
-        // at 12 (4 B 3+3), 0.53-0.63 at 16 (8 B 2+2): about 0.05 per byte beyond 4 (choose.rs).
-        0.05
+        // H200 crossovers: 0.1-0.14 at 8 payload bytes a side (4 B 2+2, 8 B narrow), 0.3-0.33
+        // at 12 (4 B 3+3), 0.43 at 16 (8 B 2+2): 0.04 per byte beyond 4 (choose.rs).
+        0.04
     }
 
     fn build_capacity<K: Key>(&self) -> usize {
