@@ -320,11 +320,13 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
       uint32_t b = head;
       const PW pid2 = second_word<PW>(p.probe_second, prow);
       for (uint32_t i = 0; i < c; ++i, ++o) {
+        // Loaded before the stores, as in join_round.
+        const BW bid = side_id(build_ids, it.build_begin + b);
+        const BW bid2 = second_word<BW>(p.build_second, it.build_begin + b);
         store_id(p.out_probe, p.out_probe_hi, o, pid);
         store_second(p.probe_second, p.out_probe_second, o, pid2);
-        store_id(p.out_build, p.out_build_hi, o, side_id(build_ids, it.build_begin + b));
-        store_second(p.build_second, p.out_build_second, o,
-                     second_word<BW>(p.build_second, it.build_begin + b));
+        store_id(p.out_build, p.out_build_hi, o, bid);
+        store_second(p.build_second, p.out_build_second, o, bid2);
         b = t.next[b];
       }
     }

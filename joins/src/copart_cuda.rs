@@ -344,6 +344,10 @@ fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Re
     let fixed = f
         .shared_size_bytes()
         .map_err(driver("reading the kernel's static shared memory"))? as usize;
+    debug_assert!(
+        fixed <= STATIC_SHARED,
+        "the tables' budget leaves {STATIC_SHARED} bytes"
+    );
     let allowed = (b.info().max_shared_per_block_optin as usize).saturating_sub(fixed);
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

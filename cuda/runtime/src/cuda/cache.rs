@@ -8,10 +8,20 @@
 //! as long again in its partition calls. Handing a freed allocation back to the next request of
 //! exactly its size, as a caching allocator does, takes no driver call at all.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream};
+
+/// Every live cache of the process, so that an allocation that fails can empty the caches of
+/// all backends on its device, not only its own.
+static CACHES: Mutex<Vec<Weak<BufferCache>>> = Mutex::new(Vec::new());
+
+/// Locks `m`, taking the data of a poisoned lock as it is (no critical section here leaves it
+/// half-updated).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Freed allocations of one stream, by size, up to a limit in bytes; every allocation and free
 /// of a [`super::CudaBackend`] goes through it.
@@ -33,23 +43,47 @@ struct State {
 
 impl BufferCache {
     /// A cache of allocations made on `stream`, holding at most `limit` bytes.
-    pub(crate) fn new(stream: Arc<CudaStream>, limit: usize) -> Self {
-        Self {
+    pub(crate) fn new(stream: Arc<CudaStream>, limit: usize) -> Arc<Self> {
+        let cache = Arc::new(Self {
             stream,
             state: Mutex::new(State {
                 limit,
                 ..State::default()
             }),
+        });
+        let mut all = lock(&CACHES);
+        all.retain(|c| c.strong_count() > 0);
+        all.push(Arc::downgrade(&cache));
+        cache
+    }
+
+    /// Releases everything the process's caches on device `ordinal` hold (their limits stay).
+    pub(crate) fn release_device(ordinal: usize) {
+        let live: Vec<Arc<Self>> = lock(&CACHES).iter().filter_map(Weak::upgrade).collect();
+        for c in live
+            .iter()
+            .filter(|c| c.stream.context().ordinal() == ordinal)
+        {
+            c.release_all();
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Whether the stream's context tracks events: then nothing is kept, since a reused pointer
+    /// would need new events (which cudarc creates by unwrapping).
+    fn tracks_events(&self) -> bool {
+        self.stream.context().is_event_tracking()
     }
 
     /// A kept allocation of exactly `len` elements of `T` (the newest such), as a slice on the
     /// cache's stream.
     pub(crate) fn take<T>(&self, len: usize) -> Option<CudaSlice<T>> {
+        if self.tracks_events() {
+            return None;
+        }
         let bytes = len.checked_mul(std::mem::size_of::<T>())?;
         let ptr = {
             let mut s = self.state();
@@ -60,21 +94,20 @@ impl BufferCache {
         // SAFETY: `ptr` is an allocation of `bytes` bytes from this stream's pool that no buffer
         // owns (its buffer was dropped into the cache), so it holds `len` elements of `T`; its
         // contents are unspecified, as `Backend::alloc` documents. The stream's context tracks no
-        // events (`CudaBackend::new` turns tracking off, and the cache keeps nothing otherwise),
-        // so the upgrade creates none. Work queued on the stream by the buffer's last owner runs
-        // before anything queued by the new one.
+        // events (checked above), so the upgrade creates none. Work queued on the stream by the
+        // buffer's last owner runs before anything queued by the new one.
         Some(unsafe { self.stream.upgrade_device_ptr(ptr, len) })
     }
 
     /// Keeps `slice`'s allocation for a later [`BufferCache::take`] of its size, releasing the
     /// oldest kept ones when the limit requires; frees it instead when it alone exceeds the
-    /// limit.
+    /// limit or the context tracks events.
     pub(crate) fn keep<T>(&self, slice: CudaSlice<T>) {
         let bytes = slice.len() * std::mem::size_of::<T>();
         let mut released = Vec::new();
         {
             let mut s = self.state();
-            if bytes > s.limit {
+            if bytes > s.limit || self.tracks_events() {
                 drop(s);
                 drop(slice); // freed on its stream
                 return;
@@ -82,7 +115,7 @@ impl BufferCache {
             while s.held + bytes > s.limit {
                 let (b, p) = s.kept.remove(0);
                 s.held -= b;
-                released.push(p);
+                released.push((b, p));
             }
             s.held += bytes;
             s.kept.push((bytes, slice.leak()));
@@ -109,7 +142,7 @@ impl BufferCache {
             while s.held > bytes {
                 let (b, p) = s.kept.remove(0);
                 s.held -= b;
-                released.push(p);
+                released.push((b, p));
             }
             released
         };
@@ -121,17 +154,14 @@ impl BufferCache {
         self.state().held
     }
 
-    /// Frees `ptrs` on the cache's stream (stream-ordered, after the work queued before).
-    fn free(&self, ptrs: &[CUdeviceptr]) {
-        if ptrs.is_empty() {
-            return;
-        }
-        // Errors here have no caller to go to (this runs inside drops); the driver reports a
-        // failed free again at the next call that synchronizes.
-        let _ = self.stream.context().bind_to_thread();
-        for &p in ptrs {
-            // SAFETY: each pointer is an allocation of this stream's pool that nothing owns.
-            let _ = unsafe { cudarc::driver::result::free_async(p, self.stream.cu_stream()) };
+    /// Frees released allocations as cudarc frees a dropped slice (stream-ordered, after the
+    /// work queued before; errors recorded on the context, since this runs inside drops).
+    fn free(&self, released: &[(usize, CUdeviceptr)]) {
+        for &(bytes, p) in released {
+            // SAFETY: each pointer is an allocation of `bytes` bytes from this stream that
+            // nothing owns; the slice made of it is dropped at once, which frees it. Nothing is
+            // kept while the context tracks events, so the upgrade creates none.
+            drop(unsafe { self.stream.upgrade_device_ptr::<u8>(p, bytes) });
         }
     }
 }

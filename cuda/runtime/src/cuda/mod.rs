@@ -23,9 +23,9 @@ pub use scratch::Scratch;
 
 use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
 
-/// A backend keeps freed allocations of up to this fraction of the device's memory for reuse
+/// A backend keeps freed allocations of up to the device's memory over this for reuse
 /// ([`CudaBackend::set_buffer_cache_limit`]).
-const DEFAULT_CACHE_FRACTION: usize = 4;
+const CACHE_LIMIT_DIVISOR: usize = 4;
 
 /// This crate's own kernels (fills, iota, reproducible random data).
 static RUNTIME_KERNELS: KernelModule = crate::kernel_module!();
@@ -112,6 +112,14 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
     inner: Arc<Inner>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Buffers that outlive the backend free their memory when dropped instead of keeping
+        // it where nothing can reuse it.
+        self.cache.set_limit(0);
+    }
 }
 
 /// The device's default memory pool, which stream-ordered allocations come from.
@@ -208,9 +216,9 @@ impl CudaBackend {
         let limit = if ctx.is_event_tracking() {
             0
         } else {
-            info.total_memory / DEFAULT_CACHE_FRACTION
+            info.total_memory / CACHE_LIMIT_DIVISOR
         };
-        let cache = Arc::new(BufferCache::new(stream.clone(), limit));
+        let cache = BufferCache::new(stream.clone(), limit);
         Ok(Self {
             inner: Arc::new(Inner {
                 ctx,
@@ -230,8 +238,9 @@ impl CudaBackend {
     /// free range of the driver's pool has its pages remapped, about a millisecond per few
     /// gigabytes, and joins that free and allocate gigabyte columns meet that often. Kept
     /// allocations are not counted in [`Backend::memory`]; an allocation that fails releases
-    /// them all and tries again. A backend on a stream whose context tracks events
-    /// ([`CudaBackend::with_stream`]) keeps nothing.
+    /// those of every backend on the device and tries again, and a dropped backend releases its
+    /// own. A backend on a stream whose context tracks events ([`CudaBackend::with_stream`])
+    /// keeps nothing.
     pub fn set_buffer_cache_limit(&self, bytes: usize) {
         let tracking = self.inner.ctx.is_event_tracking();
         self.inner.cache.set_limit(if tracking { 0 } else { bytes });
@@ -360,11 +369,14 @@ impl CudaBackend {
         let cached = self.inner.cache.take::<T>(len.max(1));
         let slice = match cached.map_or_else(attempt, Ok) {
             Err(e) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => {
-                // Memory kept for reuse (by the cache, then by the pool, which keeps it from
-                // other pools) goes back to the driver once queued work is done, and the
-                // allocation is tried again before giving up.
-                self.inner.cache.release_all();
-                self.synchronize()?;
+                // Memory kept for reuse (by every backend's cache on the device, then by the
+                // pool, which keeps it from other pools) goes back to the driver once queued
+                // work is done, and the allocation is tried again before giving up.
+                BufferCache::release_device(self.inner.info.ordinal);
+                self.inner
+                    .ctx
+                    .synchronize()
+                    .map_err(|e| driver_error("synchronizing the device", e))?;
                 self.inner.pool.trim()?;
                 attempt()
             }
