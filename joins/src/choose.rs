@@ -20,14 +20,13 @@
 //!    narrow: 13.6 against 13.6 at 0.1, PHJ-OM 13.6 against 16.6 at 0.3): threshold 0.16; 12
 //!    bytes (4 B 3+3, partitioned column by column), 0.3–0.33 (at 0.2 PHJ-UM 17.6 against
 //!    21.8, at 0.3 20.6–21.6 against 22.1–22.2, at 0.4 PHJ-OM 22.5 against 25.7): 0.32 (0.035
-//!    a byte had Auto 12.6 % behind PHJ-UM at 0.3); 16 bytes (8 B 2+2, the
-//!    second `u64` column in a pass of its own), 0.43 (at 0.4 PHJ-UM 24.1 against 24.7, at 0.5
-//!    PHJ-OM 24.9 against 27.0): 0.48. Before that reuse the crossovers were 0.15–0.2, 0.38–0.45
-//!    and 0.53–0.63, and 0.05 a byte. A single threshold of 0.25 had Auto 35 % behind PHJ-UM
-//!    on 8 B 2+2 at 0.3. Not on the CPU, whose bucket-chain
-//!    partition makes PHJ-UM the slower at every ratio measured
-//!    ([`CoPartitionJoin::gfur_ratio_per_payload_byte`] is 0 there, and the match ratio is
-//!    not sampled).
+//!    a byte had Auto 12.6 % behind PHJ-UM at 0.3); 16 bytes (8 B 2+2, the second `u64`
+//!    column in a pass of its own), 0.43 (at 0.4 PHJ-UM 24.1 against 24.7, at 0.5 PHJ-OM 24.9
+//!    against 27.0): 0.48. Before that reuse the crossovers were 0.15–0.2, 0.38–0.45 and
+//!    0.53–0.63, and 0.05 a byte. A single threshold of 0.25 had Auto 35 % behind PHJ-UM on
+//!    8 B 2+2 at 0.3. Not on the CPU, whose bucket-chain partition makes PHJ-UM the slower at
+//!    every ratio measured ([`CoPartitionJoin::gfur_ratio_per_payload_byte`] is 0 there, and
+//!    the match ratio is not sampled).
 //! 4. **Otherwise**: PHJ-OM (GFTR), the fastest narrow join at every match ratio from 0.1 to
 //!    1, and in every all-matching case (narrow and wide, 4 and 8 B, Zipf 1.0), on the H200
 //!    and on the CPU.

@@ -213,12 +213,7 @@ impl CudaBackend {
         let ctx = stream.context().clone();
         let info = Self::read_info(&ctx)?;
         let pool = MemPool::keep_freed_memory(&ctx)?;
-        let limit = if ctx.is_event_tracking() {
-            0
-        } else {
-            info.total_memory / CACHE_LIMIT_DIVISOR
-        };
-        let cache = BufferCache::new(stream.clone(), limit);
+        let cache = BufferCache::new(stream.clone(), info.total_memory / CACHE_LIMIT_DIVISOR);
         Ok(Self {
             inner: Arc::new(Inner {
                 ctx,
@@ -242,8 +237,7 @@ impl CudaBackend {
     /// own. A backend on a stream whose context tracks events ([`CudaBackend::with_stream`])
     /// keeps nothing.
     pub fn set_buffer_cache_limit(&self, bytes: usize) {
-        let tracking = self.inner.ctx.is_event_tracking();
-        self.inner.cache.set_limit(if tracking { 0 } else { bytes });
+        self.inner.cache.set_limit(bytes);
     }
 
     /// Bytes of freed allocations the backend keeps for reuse now.
