@@ -108,6 +108,24 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
         src: &Self::Buf<T>,
         dst: &mut Self::Buf<T>,
         offset: usize,
+    ) -> Result<()> {
+        self.copy_range_into(src, 0..src.len(), dst, offset)
+    }
+
+    /// Copies `src[range]` into `dst[offset..offset + range.len()]`, device to device, queued
+    /// on this backend's stream. `src` may belong to another backend of the same type (another
+    /// rank's buffer in an in-process communicator): the caller orders the two (the writer of
+    /// `src` has finished, and `src` outlives the copy).
+    ///
+    /// # Errors
+    /// [`crate::Error::IndexOutOfRange`] when `range` is reversed or reaches past `src`;
+    /// [`crate::Error::OutputTooLarge`] when it does not fit `dst` at `offset`; driver errors.
+    fn copy_range_into<T: Element>(
+        &self,
+        src: &Self::Buf<T>,
+        range: std::ops::Range<usize>,
+        dst: &mut Self::Buf<T>,
+        offset: usize,
     ) -> Result<()>;
 
     /// Waits until all work queued on this backend has finished.
@@ -129,6 +147,19 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
 
     /// Restarts the peak-memory count from the current holding.
     fn reset_peak_memory(&self);
+}
+
+/// Checks that `range` lies inside a source of `len` elements.
+pub(crate) fn check_range(range: &std::ops::Range<usize>, len: usize) -> Result<()> {
+    if range.start <= range.end && range.end <= len {
+        Ok(())
+    } else {
+        Err(crate::Error::IndexOutOfRange {
+            what: "copy source",
+            index: range.end.max(range.start) as u64,
+            len,
+        })
+    }
 }
 
 /// `offset + len` when `len` elements fit a buffer of `capacity` at `offset`.

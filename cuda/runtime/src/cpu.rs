@@ -96,11 +96,18 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn copy_into<T: Element>(&self, src: &Vec<T>, dst: &mut Vec<T>, offset: usize) -> Result<()> {
-        let end = crate::backend::check_fits(src.len(), dst.len(), offset)?;
+    fn copy_range_into<T: Element>(
+        &self,
+        src: &Vec<T>,
+        range: std::ops::Range<usize>,
+        dst: &mut Vec<T>,
+        offset: usize,
+    ) -> Result<()> {
+        crate::backend::check_range(&range, src.len())?;
+        let end = crate::backend::check_fits(range.len(), dst.len(), offset)?;
         dst[offset..end]
             .par_chunks_mut(PARALLEL_THRESHOLD)
-            .zip(src.par_chunks(PARALLEL_THRESHOLD))
+            .zip(src[range].par_chunks(PARALLEL_THRESHOLD))
             .for_each(|(d, s)| d.copy_from_slice(s));
         Ok(())
     }

@@ -114,6 +114,37 @@ pub enum Error {
         /// The driver's description of the error.
         message: String,
     },
+    /// A communication library call failed, or the library cannot be used (NCCL missing or
+    /// too old, a bad launcher environment).
+    #[error("communication error during {op}: {message}")]
+    Communication {
+        /// What was being done.
+        op: &'static str,
+        /// What went wrong, and for a missing library what to install.
+        message: String,
+    },
+    /// Another rank of a communicator failed (its error reached this rank) or left before a
+    /// collective every rank must join.
+    #[error("rank {rank} failed or left during {op}")]
+    PeerFailed {
+        /// The first rank that failed.
+        rank: usize,
+        /// The collective or phase.
+        op: &'static str,
+    },
+    /// A collective waited on its peers longer than the communicator's time limit: a rank
+    /// stopped responding.
+    #[error("{op} timed out after {millis} ms waiting for another rank")]
+    Timeout {
+        /// The collective.
+        op: &'static str,
+        /// The limit that ran out, in milliseconds.
+        millis: u64,
+    },
+    /// The ranks of a communicator were given inputs that do not go together (key widths,
+    /// column types, join kinds, world sizes).
+    #[error("ranks disagree: {0}")]
+    RanksDisagree(String),
     /// A CUDA runtime call (CUB through `cub-sys`) returned an error code.
     #[error("CUDA runtime error {code} during {op}")]
     Runtime {

@@ -525,19 +525,26 @@ impl Backend for CudaBackend {
             .map_err(|e| driver_error("copying on the device", e))
     }
 
-    fn copy_into<T: Element>(
+    fn copy_range_into<T: Element>(
         &self,
         src: &DeviceBuffer<T>,
+        range: std::ops::Range<usize>,
         dst: &mut DeviceBuffer<T>,
         offset: usize,
     ) -> Result<()> {
-        let end = crate::backend::check_fits(src.len(), dst.len(), offset)?;
-        if src.is_empty() {
+        crate::backend::check_range(&range, src.len())?;
+        let end = crate::backend::check_fits(range.len(), dst.len(), offset)?;
+        if range.is_empty() {
             return Ok(());
         }
+        // The driver copies by unified address, so `src` may live on another backend's stream
+        // (or device); the caller has ordered its writes before this copy.
         self.inner
             .stream
-            .memcpy_dtod(&src.view(), &mut dst.view_mut().slice_mut(offset..end))
+            .memcpy_dtod(
+                &src.view().slice(range),
+                &mut dst.view_mut().slice_mut(offset..end),
+            )
             .map_err(|e| driver_error("copying on the device", e))
     }
 

@@ -1,0 +1,251 @@
+//! # joinkit-comm
+//!
+//! Communicators for work spread over ranks (one per GPU, or threads on the CPU), reusable
+//! without the rest of joinkit: it knows buffers and ranks, nothing of joins.
+//!
+//! One contract, [`Communicator`], two implementations:
+//!
+//! | implementation | ranks | buffers | for |
+//! | --- | --- | --- | --- |
+//! | [`LocalWorld`] / [`LocalComm`] | threads of one process | any [`Backend`]'s: `Vec`s on the CPU, device buffers on CUDA (copied on the device, so N ranks can share one GPU) | the CPU backend, tests on machines without GPUs, multi-rank GPU tests on one GPU |
+//! | `NcclComm` (feature `cuda`) | one per GPU: threads of one process (`--gpus 0,1,2,3`) or processes across hosts, bootstrapped from a launcher's environment (`launch`) | CUDA device buffers, moved by NCCL (`libnccl.so.2`, loaded at run time) | multi-GPU runs |
+//!
+//! Collectives: all-gather and all-reduce of small host values (`u64`), a variable-size
+//! all-to-all of buffers ([`Communicator::all_to_all_v`]: counts exchanged first, receivers
+//! allocate from them, then the data moves), a variable-size all-gather of buffers, and
+//! [`Communicator::split`] into sub-communicators (the node-local and same-local-rank "rail"
+//! groups of a two-level shuffle). [`Communicator::agree`] turns one rank's error into an error
+//! on every rank.
+//!
+//! Every wait on a peer is bounded ([`CommConfig::timeout`]): a rank that stops responding is
+//! [`Error::Timeout`] on the others, a rank that fails or leaves is [`Error::PeerFailed`],
+//! never a hang. Every rank must call the same collectives in the same order.
+//!
+//! ```
+//! use joinkit_comm::{Communicator, LocalWorld, ReduceOp};
+//! use joinkit_cuda::{Backend, CpuBackend};
+//!
+//! let world = LocalWorld::new(3, Default::default()).unwrap();
+//! let sums = world.run(|comm| {
+//!     let cpu = CpuBackend::new();
+//!     // Rank r sends r + 1 rows to each peer.
+//!     let rows = comm.rank() + 1;
+//!     let send = cpu.upload(&vec![comm.rank() as u32; rows * comm.size()])?;
+//!     let (recv, counts) = comm.all_to_all_v(&cpu, &send, &vec![rows; comm.size()])?;
+//!     assert_eq!(counts, vec![1, 2, 3]);
+//!     assert_eq!(cpu.download(&recv)?, vec![0, 1, 1, 2, 2, 2]);
+//!     Ok(comm.all_reduce(&[rows as u64], ReduceOp::Sum)?[0])
+//! });
+//! assert_eq!(sums.into_iter().collect::<Result<Vec<_>, _>>().unwrap(), vec![6, 6, 6]);
+//! ```
+
+#[cfg(feature = "cuda")]
+pub mod launch;
+mod local;
+#[cfg(feature = "cuda")]
+pub mod nccl;
+
+use std::time::Duration;
+
+pub use joinkit_cuda::{Backend, Element, Error, Result};
+pub use local::{LocalComm, LocalWorld};
+
+/// Settings every communicator takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommConfig {
+    /// The longest any collective waits for its peers before it gives up with
+    /// [`Error::Timeout`] (a rank that died or hangs). Default 60 s, or `JOINKIT_COMM_TIMEOUT_MS`.
+    pub timeout: Duration,
+}
+
+/// Environment variable overriding [`CommConfig::timeout`] (milliseconds).
+pub const TIMEOUT_ENV: &str = "JOINKIT_COMM_TIMEOUT_MS";
+
+impl Default for CommConfig {
+    fn default() -> Self {
+        let ms = std::env::var(TIMEOUT_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(60_000);
+        Self {
+            timeout: Duration::from_millis(ms),
+        }
+    }
+}
+
+impl CommConfig {
+    /// With a time limit for every wait on a peer.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// What a buffer collective returns: the rows received, and how many came from each rank.
+pub type Received<B, T> = (<B as Backend>::Buf<T>, Vec<usize>);
+
+/// How [`Communicator::all_reduce`] combines the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Wrapping sum.
+    Sum,
+    /// Largest.
+    Max,
+    /// Smallest.
+    Min,
+}
+
+impl ReduceOp {
+    fn apply(self, a: u64, b: u64) -> u64 {
+        match self {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }
+    }
+}
+
+/// A group of ranks that exchange host values and buffers of one backend type.
+///
+/// Every rank calls the same collectives in the same order (as with MPI and NCCL). Each call
+/// returns when this rank's part is done and its outputs are ready on the host or on
+/// `backend`'s stream; send buffers may be reused once it returns.
+pub trait Communicator: Send + Sized {
+    /// The backend whose buffers move.
+    type Backend: Backend;
+
+    /// This rank, `0..size()`.
+    fn rank(&self) -> usize;
+
+    /// Ranks in the communicator.
+    fn size(&self) -> usize;
+
+    /// The settings this communicator runs with.
+    fn config(&self) -> CommConfig;
+
+    /// Every rank's `values`, concatenated in rank order (`size() * values.len()` values).
+    ///
+    /// # Errors
+    /// [`Error::RanksDisagree`] when the ranks give different lengths; [`Error::Timeout`],
+    /// [`Error::PeerFailed`], [`Error::Communication`].
+    fn all_gather(&self, values: &[u64]) -> Result<Vec<u64>>;
+
+    /// Element-wise reduction of every rank's `values` (same length on every rank).
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather`].
+    fn all_reduce(&self, values: &[u64], op: ReduceOp) -> Result<Vec<u64>> {
+        let all = self.all_gather(values)?;
+        let n = values.len();
+        let mut out = values.to_vec();
+        for (r, chunk) in all.chunks(n.max(1)).enumerate().take(self.size()) {
+            if r != self.rank() {
+                for (o, &v) in out.iter_mut().zip(chunk) {
+                    *o = op.apply(*o, v);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits for every rank.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather`].
+    fn barrier(&self) -> Result<()> {
+        self.all_gather(&[]).map(drop)
+    }
+
+    /// Variable-size all-to-all: `send` holds the rows for rank 0, then those for rank 1, ...
+    /// (`send_counts[p]` rows for rank `p`, summing to at most `send.len()`). Returns the rows
+    /// every rank sent to this one, concatenated in rank order, and how many came from each.
+    /// The counts are exchanged first; the receive buffer is allocated from them on `backend`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `send_counts` has not `size()` entries or sums past
+    /// `send.len()`; [`Error::SizeOverflow`] for a total that does not fit memory; allocation
+    /// errors; as [`Communicator::all_gather`].
+    fn all_to_all_v<T: Element>(
+        &self,
+        backend: &Self::Backend,
+        send: &<Self::Backend as Backend>::Buf<T>,
+        send_counts: &[usize],
+    ) -> Result<Received<Self::Backend, T>>;
+
+    /// Variable-size all-gather: every rank's `send`, concatenated in rank order, on every
+    /// rank, with each rank's length.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_to_all_v`].
+    fn all_gather_v<T: Element>(
+        &self,
+        backend: &Self::Backend,
+        send: &<Self::Backend as Backend>::Buf<T>,
+    ) -> Result<Received<Self::Backend, T>>;
+
+    /// Splits into sub-communicators: ranks giving the same `color` form one, ranked by
+    /// `(key, rank)`. Every rank must call it.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather`].
+    fn split(&self, color: usize, key: usize) -> Result<Self>;
+
+    /// Turns one rank's failure into a failure on every rank: every rank says whether `local`
+    /// is an error; when any is, each rank returns its own error, or [`Error::PeerFailed`]
+    /// naming the first failed rank. Called at the end of every phase that can fail on one
+    /// rank alone (an allocation, bad input), so no rank waits on a peer that gave up.
+    ///
+    /// # Errors
+    /// `local`'s error; [`Error::PeerFailed`]; as [`Communicator::all_gather`].
+    fn agree<T>(&self, op: &'static str, local: Result<T>) -> Result<T> {
+        let failed = match self.all_gather(&[u64::from(local.is_err())]) {
+            Ok(f) => f,
+            Err(e) => return Err(local.err().unwrap_or(e)),
+        };
+        match (local, failed.iter().position(|&f| f != 0)) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(rank)) => Err(Error::PeerFailed { rank, op }),
+            (Ok(v), None) => Ok(v),
+        }
+    }
+}
+
+/// Checks `send_counts` against the communicator size and the send buffer; returns the rows'
+/// start offsets (`size + 1` entries).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the counts are not one per rank or pass `send_len`.
+pub fn send_offsets(size: usize, send_counts: &[usize], send_len: usize) -> Result<Vec<usize>> {
+    if send_counts.len() != size {
+        return Err(Error::InvalidArgument(format!(
+            "all_to_all_v: {} send counts for {size} ranks",
+            send_counts.len()
+        )));
+    }
+    let mut offsets = Vec::with_capacity(size + 1);
+    let mut at = 0usize;
+    offsets.push(0);
+    for &c in send_counts {
+        at = at
+            .checked_add(c)
+            .filter(|&e| e <= send_len)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "all_to_all_v: send counts sum past the {send_len} rows sent"
+                ))
+            })?;
+        offsets.push(at);
+    }
+    Ok(offsets)
+}
+
+/// The sum of `counts`, or [`Error::SizeOverflow`].
+///
+/// # Errors
+/// [`Error::SizeOverflow`] when the sum does not fit `usize`.
+pub fn total(counts: &[usize]) -> Result<usize> {
+    counts.iter().try_fold(0usize, |a, &c| {
+        a.checked_add(c)
+            .ok_or(Error::SizeOverflow("rows received by a collective"))
+    })
+}

@@ -1,0 +1,445 @@
+//! The distributed join, step by step: agree on the inputs, plan (sizes, placement, heavy
+//! keys), move the rows (shuffle or replicate), join locally, and report.
+
+use joinkit::{JoinBackend, Materialized, Table, check_rows, join_columns};
+use joinkit_comm::{Communicator, ReduceOp};
+use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
+use joinkit_partition::HashPartition;
+
+use crate::shuffle::{TwoLevel, all_gather_table, exchange, partition, row_bytes, settle};
+use crate::skew::{heavy_keys, split_heavy};
+use crate::{
+    DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
+};
+
+/// Everything a backend needs for the distributed joins: the single-device joins and the hash
+/// partition that picks each row's rank.
+pub trait DistributedBackend: JoinBackend + HashPartition {}
+impl<B: JoinBackend + HashPartition> DistributedBackend for B {}
+
+/// Joins `left` and `right` spread over the ranks of `comm` and returns this rank's part of
+/// the output as global row ids ([`crate::global_row`]: the rank that held the row, and its
+/// row there), with statistics. Every rank calls it with its own rows and the same options;
+/// the inputs are consumed (the shuffle frees them as soon as they are partitioned).
+///
+/// # Errors
+/// [`Error::RanksDisagree`] when the ranks' options or key widths differ;
+/// [`Error::PeerFailed`] when another rank failed; [`Error::Timeout`] when one stopped
+/// responding; as [`joinkit::join_columns`] for each rank's local join;
+/// [`Error::OutputOverBudget`] when [`DistributedOptions::gather_to_root`] would bring more
+/// than the budget to rank 0.
+pub fn distributed_join_rows<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    left: <C::Backend as Backend>::Buf<K>,
+    right: <C::Backend as Backend>::Buf<K>,
+    opts: &DistributedOptions,
+) -> Result<(GlobalRows<C::Backend>, DistributedStats)>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let ids = |n: usize| -> Result<Column<C::Backend>> {
+        check_rows(n)?;
+        let mut ids = b.alloc::<u64>(n)?;
+        b.iota(&mut ids, global_row(comm.rank(), 0))?;
+        Ok(Column::U64(ids))
+    };
+    let tables = (|| {
+        let left_ids = ids(left.len())?;
+        let right_payloads = if opts.join.kind.has_right_rows() {
+            vec![ids(right.len())?]
+        } else {
+            Vec::new()
+        };
+        Ok((
+            Table::new(left, vec![left_ids])?,
+            Table::new(right, right_payloads)?,
+        ))
+    })();
+    let (left, right) = settle(comm, "row ids", tables)?;
+    let (out, stats) = run(comm, b, left, right, opts)?;
+    let u64_of = |mut cols: Vec<Column<C::Backend>>| match cols.pop() {
+        Some(Column::U64(c)) => Ok(Some(c)),
+        None => Ok(None),
+        Some(_) => Err(Error::Corrupt("row ids came back as another type".into())),
+    };
+    let rows = out.rows;
+    let left = u64_of(out.left)?.ok_or_else(|| Error::Corrupt("no left row ids".into()))?;
+    Ok((
+        GlobalRows {
+            left,
+            right: u64_of(out.right)?,
+            right_valid: out.right_valid,
+            rows,
+        },
+        stats,
+    ))
+}
+
+/// Joins two tables spread over the ranks of `comm` and returns this rank's part of the
+/// output columns (as [`joinkit::join_columns`] returns them), with statistics. Every rank
+/// calls it with its own rows and the same options; the tables are consumed.
+///
+/// # Errors
+/// As [`distributed_join_rows`]; [`Error::RanksDisagree`] also when the ranks' payload column
+/// types differ.
+pub fn distributed_join_columns<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    left: Table<C::Backend, K>,
+    right: Table<C::Backend, K>,
+    opts: &DistributedOptions,
+) -> Result<(Materialized<C::Backend>, DistributedStats)>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    run(comm, b, left, right, opts)
+}
+
+/// A fingerprint of what every rank must agree on: options, key width, column types, size.
+fn fingerprint<B: Backend, K: Key>(
+    opts: &DistributedOptions,
+    ranks: usize,
+    left: &Table<B, K>,
+    right: &Table<B, K>,
+) -> (u64, String) {
+    let types = |t: &Table<B, K>| {
+        t.payloads
+            .iter()
+            .map(|c| format!("{c:?}").split('[').next().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let text = format!(
+        "ranks {ranks}, {}-bit keys, left columns [{}], right columns [{}], {:?}",
+        K::BITS,
+        types(left),
+        types(right),
+        opts
+    );
+    // FNV-1a: ranks compare one word instead of the text.
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+        (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash, text)
+}
+
+/// Times `work` as phase `name`.
+fn phase<B: Backend, R>(
+    b: &B,
+    phases: &mut Vec<(&'static str, f64)>,
+    name: &'static str,
+    work: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let (r, ms) = b.timed(work)?;
+    match phases.iter_mut().find(|p| p.0 == name) {
+        Some(p) => p.1 += ms,
+        None => phases.push((name, ms)),
+    }
+    Ok(r)
+}
+
+/// The resolved plan: placement, shuffle, heavy keys.
+struct Plan<K> {
+    placement: Placement,
+    shuffle: Shuffle,
+    heavy: Vec<K>,
+}
+
+fn run<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    left: Table<C::Backend, K>,
+    right: Table<C::Backend, K>,
+    opts: &DistributedOptions,
+) -> Result<(Materialized<C::Backend>, DistributedStats)>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let ranks = comm.size();
+    let (mine, text) = fingerprint(opts, ranks, &left, &right);
+    let local_check = (|| {
+        check_rows(left.len())?;
+        check_rows(right.len())?;
+        left_check(&left)?;
+        left_check(&right)
+    })();
+    settle(comm, "input check", local_check)?;
+    if comm.all_gather(&[mine])?.iter().any(|&h| h != mine) {
+        return Err(Error::RanksDisagree(format!(
+            "the ranks' inputs or options differ; rank {} has {text}",
+            comm.rank()
+        )));
+    }
+    let input_rows = (left.len(), right.len());
+    let row_bytes = (row_bytes(&left), row_bytes(&right));
+    let mut phases = Vec::new();
+
+    let sizes = comm.all_reduce(&[left.len() as u64, right.len() as u64], ReduceOp::Sum)?;
+    let plan = phase(b, &mut phases, "plan", || {
+        let placement = match opts.placement {
+            Placement::Auto if ranks > 1 && sizes[1] * (ranks as u64 - 1) < sizes[0] => {
+                Placement::Replicated
+            }
+            Placement::Auto => Placement::Partitioned,
+            p => p,
+        };
+        let shuffle = match (opts.shuffle, opts.ranks_per_node) {
+            (Shuffle::Auto, Some(per_node)) if per_node > 1 && per_node < ranks => {
+                Shuffle::TwoLevel {
+                    ranks_per_node: per_node,
+                }
+            }
+            (Shuffle::Auto, _) => Shuffle::OneLevel,
+            (s, _) => s,
+        };
+        let heavy = match (opts.skew, placement) {
+            (Skew::Replicate { load }, Placement::Partitioned) if ranks > 1 => {
+                settle(comm, "heavy keys", heavy_keys(comm, b, &left.keys, load))?
+            }
+            _ => Vec::new(),
+        };
+        Ok(Plan {
+            placement,
+            shuffle,
+            heavy,
+        })
+    })?;
+    let two_level = match plan.shuffle {
+        Shuffle::TwoLevel { ranks_per_node } if ranks > 1 => {
+            Some(TwoLevel::split(comm, ranks_per_node)?)
+        }
+        _ => None,
+    };
+
+    let mut bytes_sent = 0u64;
+    let (left, right) = if ranks == 1 {
+        (left, right)
+    } else if plan.placement == Placement::Replicated {
+        let right = phase(b, &mut phases, "shuffle", || {
+            settle(
+                comm,
+                "replicating the right side",
+                all_gather_table(comm, b, &right),
+            )
+        })?;
+        bytes_sent += (input_rows.1 * row_bytes.1 * (ranks - 1)) as u64;
+        (left, right)
+    } else {
+        // Heavy rows split off: left ones stay, right ones go to every rank.
+        let (left, right, kept) = phase(b, &mut phases, "partition", || {
+            let split = (|| {
+                if plan.heavy.is_empty() {
+                    return Ok((left, right, None));
+                }
+                let (left, left_heavy) = split_heavy(b, left, &plan.heavy)?;
+                let (right, right_heavy) = split_heavy(b, right, &plan.heavy)?;
+                Ok((left, right, Some((left_heavy, right_heavy))))
+            })();
+            settle(comm, "splitting heavy keys", split)
+        })?;
+        let (left, left_counts) = phase(b, &mut phases, "partition", || {
+            settle(
+                comm,
+                "partitioning the left side",
+                partition(b, left, ranks),
+            )
+        })?;
+        let (right, right_counts) = phase(b, &mut phases, "partition", || {
+            settle(
+                comm,
+                "partitioning the right side",
+                partition(b, right, ranks),
+            )
+        })?;
+        let away = |counts: &[usize], width: usize| {
+            counts
+                .iter()
+                .enumerate()
+                .filter(|&(p, _)| p != comm.rank())
+                .map(|(_, &c)| (c * width) as u64)
+                .sum::<u64>()
+        };
+        bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
+        let (left, right) = phase(b, &mut phases, "shuffle", || {
+            let side = |t: &Table<C::Backend, K>, counts: &[usize], what| match &two_level {
+                Some(two) => two.exchange(comm, b, t, counts),
+                None => settle(comm, what, exchange(comm, b, t, counts)),
+            };
+            let left = side(&left, &left_counts, "shuffling the left side")?;
+            let right = side(&right, &right_counts, "shuffling the right side")?;
+            Ok((left, right))
+        })?;
+        match kept {
+            None => (left, right),
+            Some((left_heavy, right_heavy)) => phase(b, &mut phases, "shuffle", || {
+                let right_heavy = settle(
+                    comm,
+                    "replicating heavy keys' right rows",
+                    all_gather_table(comm, b, &right_heavy),
+                )?;
+                bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
+                settle(
+                    comm,
+                    "assembling the local sides",
+                    (|| {
+                        Ok((
+                            concat_tables(b, &left, &left_heavy)?,
+                            concat_tables(b, &right, &right_heavy)?,
+                        ))
+                    })(),
+                )
+            })?,
+        }
+    };
+
+    let local_rows = (left.len(), right.len());
+    let (out, local) = phase(b, &mut phases, "local join", || {
+        settle(
+            comm,
+            "local join",
+            join_columns(b, &left, &right, &opts.join),
+        )
+    })?;
+    drop((left, right));
+    let shared = comm.all_gather(&[
+        (local_rows.0 + local_rows.1) as u64,
+        out.rows,
+        local.total_ms().to_bits(),
+    ])?;
+    let per_rank: Vec<&[u64]> = shared.chunks(3).collect();
+    let global_output_rows = per_rank.iter().map(|r| r[1]).sum::<u64>();
+    let heaviest = per_rank.iter().map(|r| r[0]).max().unwrap_or(0) as f64;
+    let mean = per_rank.iter().map(|r| r[0]).sum::<u64>() as f64 / ranks as f64;
+    let out = if opts.gather_to_root && ranks > 1 {
+        phase(b, &mut phases, "gather", || {
+            gather_to_root(comm, b, out, global_output_rows, opts)
+        })?
+    } else {
+        out
+    };
+    let stats = DistributedStats {
+        rank: comm.rank(),
+        ranks,
+        placement: plan.placement,
+        shuffle: if ranks > 1 {
+            plan.shuffle
+        } else {
+            Shuffle::OneLevel
+        },
+        heavy_keys: plan.heavy.len(),
+        phases,
+        bytes_sent,
+        input_rows,
+        local_rows,
+        output_rows: out.rows,
+        global_output_rows,
+        global_input_rows: sizes[0] + sizes[1],
+        imbalance: if mean > 0.0 { heaviest / mean } else { 1.0 },
+        slowest_local_join_ms: per_rank
+            .iter()
+            .map(|r| f64::from_bits(r[2]))
+            .fold(0.0, f64::max),
+        local,
+    };
+    Ok((out, stats))
+}
+
+/// The table's payload columns have one value per key (its fields are public).
+fn left_check<B: Backend, K: Key>(t: &Table<B, K>) -> Result<()> {
+    for p in &t.payloads {
+        Error::check_len("table keys vs payload", t.keys.len(), p.len())?;
+    }
+    Ok(())
+}
+
+/// `a`'s rows followed by `c`'s (same columns).
+fn concat_tables<B: Backend, K: Key>(
+    b: &B,
+    a: &Table<B, K>,
+    c: &Table<B, K>,
+) -> Result<Table<B, K>> {
+    fn cat<B: Backend, T: joinkit_cuda::Element>(
+        b: &B,
+        a: &B::Buf<T>,
+        c: &B::Buf<T>,
+    ) -> Result<B::Buf<T>> {
+        let mut out = b.alloc::<T>(a.len() + c.len())?;
+        b.copy_into(a, &mut out, 0)?;
+        b.copy_into(c, &mut out, a.len())?;
+        Ok(out)
+    }
+    let keys = cat(b, &a.keys, &c.keys)?;
+    let payloads = a
+        .payloads
+        .iter()
+        .zip(&c.payloads)
+        .map(|(x, y)| {
+            Ok(match (x, y) {
+                (Column::U32(x), Column::U32(y)) => Column::U32(cat(b, x, y)?),
+                (Column::I32(x), Column::I32(y)) => Column::I32(cat(b, x, y)?),
+                (Column::U64(x), Column::U64(y)) => Column::U64(cat(b, x, y)?),
+                (Column::I64(x), Column::I64(y)) => Column::I64(cat(b, x, y)?),
+                _ => return Err(Error::Corrupt("heavy rows changed column types".into())),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Table::new(keys, payloads)
+}
+
+/// Every rank's output on rank 0 (the others keep empty columns of the same types), after
+/// checking the whole output against the budget.
+fn gather_to_root<C: Communicator>(
+    comm: &C,
+    b: &C::Backend,
+    out: Materialized<C::Backend>,
+    global_rows: u64,
+    opts: &DistributedOptions,
+) -> Result<Materialized<C::Backend>> {
+    if let Some(budget) = opts.join.memory_budget {
+        let width = out
+            .left
+            .iter()
+            .chain(&out.right)
+            .map(Column::width)
+            .sum::<usize>()
+            + if out.right_valid.is_some() { 4 } else { 0 };
+        let bytes = global_rows.saturating_mul(width as u64);
+        if bytes > budget {
+            return Err(Error::OutputOverBudget {
+                rows: global_rows,
+                bytes,
+                budget,
+            });
+        }
+    }
+    let mut counts = vec![0usize; comm.size()];
+    counts[0] = usize::try_from(out.rows).map_err(|_| Error::SizeOverflow("output rows"))?;
+    let moved = (|| {
+        let cols = |cols: &[Column<C::Backend>]| {
+            cols.iter()
+                .map(|c| Ok(map_column!(c, c, T => comm.all_to_all_v::<T>(b, c, &counts)?.0)))
+                .collect::<Result<Vec<_>>>()
+        };
+        let left = cols(&out.left)?;
+        let right = cols(&out.right)?;
+        let right_valid = match &out.right_valid {
+            Some(v) => Some(comm.all_to_all_v(b, v, &counts)?.0),
+            None => None,
+        };
+        let rows = if comm.rank() == 0 { global_rows } else { 0 };
+        Ok(Materialized {
+            left,
+            right,
+            right_valid,
+            rows,
+        })
+    })();
+    settle(comm, "gathering the output on rank 0", moved)
+}

@@ -1,0 +1,61 @@
+//! What a distributed join reports, per rank and over all ranks.
+
+use joinkit::JoinStats;
+
+use crate::{Placement, Shuffle};
+
+/// One rank's account of a distributed join, with the figures every rank shares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DistributedStats {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks that joined.
+    pub ranks: usize,
+    /// The placement run ([`Placement::Auto`] resolved).
+    pub placement: Placement,
+    /// The shuffle run ([`Shuffle::Auto`] resolved).
+    pub shuffle: Shuffle,
+    /// Keys found heavy and handled by replication (0 without skew handling).
+    pub heavy_keys: usize,
+    /// This rank's phases in order with their times in milliseconds (the backend's timing:
+    /// CUDA events or the wall clock): `plan` (size exchange, heavy-key sample), `partition`
+    /// (hash partition by destination, heavy rows split off), `shuffle` (counts, then rows;
+    /// for a replicated side, the all-gather), `local join`, `gather` (to rank 0).
+    pub phases: Vec<(&'static str, f64)>,
+    /// Bytes of rows this rank sent to other ranks (keys and columns; a two-level shuffle
+    /// moves some of them twice).
+    pub bytes_sent: u64,
+    /// Rows this rank held of the left and right inputs.
+    pub input_rows: (usize, usize),
+    /// Rows of the left and right sides this rank joined locally (after the shuffle).
+    pub local_rows: (usize, usize),
+    /// The local join's statistics.
+    pub local: JoinStats,
+    /// Output rows this rank returns.
+    pub output_rows: u64,
+    /// Output rows of all ranks together.
+    pub global_output_rows: u64,
+    /// Input rows of all ranks together, both sides (|R| + |S|, the throughput metric's
+    /// numerator).
+    pub global_input_rows: u64,
+    /// The largest local join input (left + right rows) over the mean: 1.0 is perfect balance.
+    pub imbalance: f64,
+    /// The slowest rank's local join, in milliseconds.
+    pub slowest_local_join_ms: f64,
+}
+
+impl DistributedStats {
+    /// Milliseconds of phase `name` (0 when it did not run).
+    pub fn phase(&self, name: &str) -> f64 {
+        self.phases
+            .iter()
+            .filter(|p| p.0 == name)
+            .map(|p| p.1)
+            .sum()
+    }
+
+    /// Milliseconds of every phase together.
+    pub fn total_ms(&self) -> f64 {
+        self.phases.iter().map(|p| p.1).sum()
+    }
+}
