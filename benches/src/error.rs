@@ -28,6 +28,9 @@ pub(crate) enum BenchError {
         /// What is wrong with it.
         message: String,
     },
+    /// Ranks of a distributed run failed: each failed rank's error.
+    #[error("{0}")]
+    Ranks(String),
     /// Options that do not fit together (or a sweep that names no option).
     #[error("{0}")]
     Usage(String),

@@ -144,7 +144,7 @@ const KINDS: [(&str, JoinKind); 4] = [
     ("left-outer", JoinKind::LeftOuter),
 ];
 
-fn parse_kind(s: &str) -> std::result::Result<JoinKind, String> {
+pub(crate) fn parse_kind(s: &str) -> std::result::Result<JoinKind, String> {
     KINDS
         .iter()
         .find(|k| k.0.eq_ignore_ascii_case(s.trim()))
@@ -152,7 +152,7 @@ fn parse_kind(s: &str) -> std::result::Result<JoinKind, String> {
         .ok_or_else(|| format!("{s:?}: use inner, left-semi, left-anti or left-outer"))
 }
 
-fn kind_name(kind: JoinKind) -> &'static str {
+pub(crate) fn kind_name(kind: JoinKind) -> &'static str {
     KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
 }
 

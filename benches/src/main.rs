@@ -4,11 +4,13 @@
 //! plots them; `--sweep` runs any subcommand over the product of option values.
 
 mod codec;
+mod distributed;
 mod error;
 mod files;
 mod gather;
 mod hashtable;
 mod join;
+mod launcher;
 mod measure;
 mod partition;
 mod plot;
@@ -116,6 +118,11 @@ enum Command {
     /// turn, each foreign key materialized just before its join or all up front: total and
     /// per-join times, (|S| + k |R|) / time, peak device memory.
     Sequence(sequence::SequenceArgs),
+    /// Joins spread over ranks (in-process threads on the CPU or one GPU, or NCCL over
+    /// several GPUs or processes): one- or two-level shuffle, replicated or partitioned build
+    /// side, heavy keys; per-phase times of the slowest rank, (|R| + |S|) / time, the
+    /// shuffle's GB/s against a raw all-to-all measured in the same run, imbalance.
+    Distributed(distributed::DistributedArgs),
 }
 
 impl Command {
@@ -130,6 +137,7 @@ impl Command {
             Command::Hashtable(_) => "hashtable",
             Command::Join(_) => "join",
             Command::Sequence(_) => "sequence",
+            Command::Distributed(_) => "distributed",
         }
     }
 
@@ -143,6 +151,7 @@ impl Command {
             Command::Hashtable(_) => Some(hashtable::PLOT),
             Command::Join(_) => Some(join::PLOT),
             Command::Sequence(_) => Some(sequence::PLOT),
+            Command::Distributed(_) => Some(distributed::PLOT),
         }
     }
 
@@ -156,11 +165,13 @@ impl Command {
             Command::Hashtable(args) => Ok(hashtable::run(device, args, ctx)?),
             Command::Join(args) => join::run(device, args, ctx),
             Command::Sequence(args) => sequence::run(device, args, ctx),
+            Command::Distributed(args) => distributed::run(device, args, ctx),
         }
     }
 }
 
 fn main() -> ExitCode {
+    launcher::default_comm_id();
     match run(std::env::args_os().collect()) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader stopped reading (`| head`): its files are written, nothing is wrong.
@@ -263,7 +274,8 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
     let finished = if failed.is_none() || report.has_rows() {
         let axes: Vec<String> = cli.common.sweep.iter().map(|a| a.name.clone()).collect();
         let stem = cli.common.name.as_deref().unwrap_or(command.name());
-        report.finish(&cli.common.out_dir, stem, command.plot().as_ref(), &axes)
+        let out_dir = launcher::rank_out_dir(&cli.common.out_dir);
+        report.finish(&out_dir, stem, command.plot().as_ref(), &axes)
     } else {
         Ok(())
     };

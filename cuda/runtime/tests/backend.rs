@@ -102,9 +102,15 @@ fn cuda_backend_meets_the_contract() {
 
 /// A freed buffer goes to the backend's cache and comes back for the next request of its size
 /// in bytes; the cache keeps to its limit, oldest first, and is not counted as used memory.
+/// The cache test and the out-of-memory test run one at a time: a failed allocation empties
+/// every cache on the device, the cache test's too.
+#[cfg(feature = "cuda")]
+static DEVICE_CACHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(feature = "cuda")]
 #[test]
 fn freed_buffers_come_back_at_their_size() {
+    let _alone = DEVICE_CACHES.lock().unwrap_or_else(|p| p.into_inner());
     let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("freed_buffers_come_back_at_their_size")
     else {
         return;
@@ -146,6 +152,7 @@ fn freed_buffers_come_back_at_their_size() {
 #[cfg(feature = "cuda")]
 #[test]
 fn request_beyond_free_device_memory_is_a_typed_error() {
+    let _alone = DEVICE_CACHES.lock().unwrap_or_else(|p| p.into_inner());
     let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("request_beyond_free_device_memory") else {
         return;
     };

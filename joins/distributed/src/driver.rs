@@ -213,7 +213,7 @@ where
     })?;
     let two_level = match plan.shuffle {
         Shuffle::TwoLevel { ranks_per_node } if ranks > 1 => {
-            Some(TwoLevel::split(comm, ranks_per_node)?)
+            Some(TwoLevel::new(comm, ranks_per_node)?)
         }
         _ => None,
     };

@@ -10,7 +10,7 @@
 //! | --- | --- | --- |
 //! | partition | murmur3 hash partition of both sides into one partition per rank, buffered in shared memory | [`joinkit_partition::HashPartition`] with a seed of its own ([`SHUFFLE_SEED`], not the local join's [`joinkit::MIX_SEED`], so the local join's partitions stay balanced) |
 //! | shuffle (Alg. 1) | all-to-all of the partitions | [`Communicator::all_to_all_v`], column by column |
-//! | two-level shuffle (Alg. 2) | across nodes to the same local rank first, then within the node | [`Shuffle::TwoLevel`]: the rail communicator, then the node communicator ([`Communicator::split`]) |
+//! | two-level shuffle (Alg. 2) | across nodes to the same local rank first, then within the node | [`Shuffle::TwoLevel`]: an all-to-all in which each rank sends only to its rail peers, then one within the node |
 //! | local join | the best single-GPU join | [`joinkit::join_columns`] |
 //!
 //! From NVIDIA's multi-GPU join talk: a [`Placement::Replicated`] build side (all-gathered to
@@ -76,7 +76,8 @@ pub enum Shuffle {
     /// Two-level when the ranks span several nodes of several ranks each
     /// ([`DistributedOptions::ranks_per_node`], e.g. a launcher's `LOCAL_WORLD_SIZE`), else
     /// one-level. Gao et al. measured the two-level shuffle ahead from 2 nodes of 8 GPUs up;
-    /// the rule is to be re-measured on our multi-GPU hardware.
+    /// within one NVLink host it loses (1.09–1.29× slower on 4 H200s, docs/results), so it
+    /// is taken only across nodes.
     Auto,
 }
 

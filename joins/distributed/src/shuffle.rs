@@ -1,6 +1,6 @@
 //! Moving a table's rows to the ranks that own their keys: hash partition by destination,
-//! then one all-to-all per column (one level), or two (across nodes on the rail, then within
-//! the node), and the all-gather that replicates a table on every rank.
+//! then one all-to-all per column (one level), or two (across nodes to the rail peers, then
+//! within the node), and the all-gather that replicates a table on every rank.
 
 use joinkit::Table;
 use joinkit_comm::Communicator;
@@ -14,15 +14,13 @@ pub const SHUFFLE_SEED: u32 = 0x3c6e_f372;
 
 const _: () = assert!(SHUFFLE_SEED != joinkit::MIX_SEED);
 
-/// Ends a phase alike on every rank: a local failure (bad input, out of memory) or success is
-/// agreed on ([`Communicator::agree`]), so every rank returns an error when one fails; a
-/// failure of the collective itself (a timeout, a peer gone, a broken communicator) is
-/// returned as it is, since the peers saw it too or are gone.
+/// Ends a phase alike on every rank: a local failure (bad input, out of memory), a peer's
+/// failure reported by a collective ([`Error::PeerFailed`]: the failing rank holds its own
+/// error and agrees too) or success is agreed on ([`Communicator::agree`]), so every rank
+/// returns an error when one fails; a communicator that timed out or broke is not used again.
 pub(crate) fn settle<C: Communicator, T>(comm: &C, op: &'static str, r: Result<T>) -> Result<T> {
     match r {
-        Err(
-            e @ (Error::Timeout { .. } | Error::PeerFailed { .. } | Error::Communication { .. }),
-        ) => Err(e),
+        Err(e @ (Error::Timeout { .. } | Error::Communication { .. })) => Err(e),
         r => comm.agree(op, r),
     }
 }
@@ -56,9 +54,7 @@ pub(crate) fn partition<B: Backend + HashPartition, K: Key>(
 }
 
 /// Sends `send_counts[p]` rows of `table` (grouped by destination) to rank `p`, every column;
-/// returns the rows received, in rank order. Every column is
-/// exchanged even after one fails on this rank, so the ranks' collectives stay in step; the
-/// first error is returned.
+/// returns the rows received, in rank order.
 pub(crate) fn exchange<C, K>(
     comm: &C,
     b: &C::Backend,
@@ -69,24 +65,9 @@ where
     C: Communicator,
     K: Key,
 {
-    let keys = comm.all_to_all_v(b, &table.keys, send_counts);
-    let mut first_error = None;
-    let mut payloads = Vec::with_capacity(table.payloads.len());
-    for c in &table.payloads {
-        let moved: Result<Column<C::Backend>> =
-            (|| Ok(map_column!(c, c, T => comm.all_to_all_v::<T>(b, c, send_counts)?.0)))();
-        match moved {
-            Ok(c) => payloads.push(c),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    let (keys, _) = keys?;
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    Table::new(keys, payloads)
+    move_columns(comm.all_to_all_v(b, &table.keys, send_counts), table, |c| {
+        Ok(map_column!(c, c, T => comm.all_to_all_v::<T>(b, c, send_counts)?.0))
+    })
 }
 
 /// Every rank's `table`, concatenated in rank order, on every rank (a replicated build side).
@@ -99,13 +80,23 @@ where
     C: Communicator,
     K: Key,
 {
-    let keys = comm.all_gather_v(b, &table.keys);
+    move_columns(comm.all_gather_v(b, &table.keys), table, |c| {
+        Ok(map_column!(c, c, T => comm.all_gather_v::<T>(b, c)?.0))
+    })
+}
+
+/// The table of `keys` (already moved by a collective) and `table`'s payload columns moved by
+/// `collective`, every column even after one fails on this rank, so the ranks' collectives
+/// stay in step; the first error.
+fn move_columns<B: Backend, K: Key>(
+    keys: Result<(B::Buf<K>, Vec<usize>)>,
+    table: &Table<B, K>,
+    collective: impl Fn(&Column<B>) -> Result<Column<B>>,
+) -> Result<Table<B, K>> {
     let mut first_error = None;
     let mut payloads = Vec::with_capacity(table.payloads.len());
     for c in &table.payloads {
-        let moved: Result<Column<C::Backend>> =
-            (|| Ok(map_column!(c, c, T => comm.all_gather_v::<T>(b, c)?.0)))();
-        match moved {
+        match collective(c) {
             Ok(c) => payloads.push(c),
             Err(e) => {
                 first_error.get_or_insert(e);
@@ -119,17 +110,19 @@ where
     Table::new(keys, payloads)
 }
 
-/// The communicators of a two-level shuffle: the ranks of this node, and the ranks of this
-/// local index on every node (the rail).
-pub(crate) struct TwoLevel<C> {
+/// A two-level shuffle's layout: ranks are `nodes × ranks_per_node`, rank
+/// `node * ranks_per_node + local`. Both steps are all-to-alls of the whole communicator in
+/// which each rank sends only to its rail peers (the ranks of its local index on every node),
+/// then only to the ranks of its node: the same messages as over sub-communicators, without
+/// making and freeing them at every join (`ncclCommSplit` costs more than a shuffle of
+/// millions of rows), and every collective on one communicator.
+pub(crate) struct TwoLevel {
     pub(crate) ranks_per_node: usize,
-    pub(crate) node: C,
-    pub(crate) rail: C,
 }
 
-impl<C: Communicator> TwoLevel<C> {
-    /// Splits `comm` into nodes of `ranks_per_node` consecutive ranks and their rails.
-    pub(crate) fn split(comm: &C, ranks_per_node: usize) -> Result<Self> {
+impl TwoLevel {
+    /// Checks that nodes of `ranks_per_node` ranks tile `comm`.
+    pub(crate) fn new<C: Communicator>(comm: &C, ranks_per_node: usize) -> Result<Self> {
         if ranks_per_node == 0 || !comm.size().is_multiple_of(ranks_per_node) {
             return Err(Error::InvalidArgument(format!(
                 "a two-level shuffle needs the {} ranks in nodes of equal size; {ranks_per_node} \
@@ -137,57 +130,63 @@ impl<C: Communicator> TwoLevel<C> {
                 comm.size()
             )));
         }
-        let (node, local) = (comm.rank() / ranks_per_node, comm.rank() % ranks_per_node);
-        Ok(Self {
-            ranks_per_node,
-            node: comm.split(node, local)?,
-            rail: comm.split(local, node)?,
-        })
+        Ok(Self { ranks_per_node })
     }
 
     /// Gao's Alg. 2: `send_counts[p]` rows of `table` (grouped by destination rank
     /// `p = node * ranks_per_node + local`) go first over the rail to the destination's node,
     /// arriving at the rank of this local index there, then within that node to the
     /// destination. Returns the rows this rank owns.
-    /// Every rank settles each step on `world` ([`settle`]), so a rank that fails in one step
-    /// never leaves its peers waiting in the next.
-    pub(crate) fn exchange<K: Key>(
+    /// Every rank settles each step ([`settle`]), so a rank that fails in one step never
+    /// leaves its peers waiting in the next.
+    pub(crate) fn exchange<C: Communicator, K: Key>(
         &self,
-        world: &C,
+        comm: &C,
         b: &C::Backend,
         table: &Table<C::Backend, K>,
         send_counts: &[usize],
     ) -> Result<Table<C::Backend, K>> {
         let per_node = self.ranks_per_node;
-        let nodes = self.rail.size();
-        let me = self.node_index();
-        // Every rail peer's counts by destination: what each arriving block holds.
-        let all = self
-            .rail
-            .all_gather(&send_counts.iter().map(|&c| c as u64).collect::<Vec<_>>())?;
-        let to_node: Vec<usize> = send_counts
-            .chunks(per_node)
-            .map(|c| c.iter().sum())
-            .collect();
+        let (node, local) = (comm.rank() / per_node, comm.rank() % per_node);
+        let nodes = comm.size() / per_node;
+        let rail_peer = |n: usize| n * per_node + local;
+        // Each rail peer learns how the block it receives splits by its node's ranks: this
+        // rank's counts for that node's destinations.
+        let breakdown = settle(
+            comm,
+            "two-level shuffle counts",
+            (|| {
+                let words: Vec<u64> = send_counts.iter().map(|&c| c as u64).collect();
+                let meta_counts =
+                    only_to(comm.size(), (0..nodes).map(|n| (rail_peer(n), per_node)));
+                let (got, _) = comm.all_to_all_v(b, &b.upload(&words)?, &meta_counts)?;
+                b.download(&got)
+            })(),
+        )?;
+        let to_node = only_to(
+            comm.size(),
+            send_counts
+                .chunks(per_node)
+                .enumerate()
+                .map(|(n, c)| (rail_peer(n), c.iter().sum())),
+        );
         let arrived = settle(
-            world,
+            comm,
             "two-level shuffle across nodes",
-            exchange(&self.rail, b, table, &to_node),
+            exchange(comm, b, table, &to_node),
         )?;
         // Block n (from node n) holds this node's destinations in local order; regroup the
         // rows by local destination, node by node.
-        let sub = |n: usize, j: usize| all[n * send_counts.len() + me * per_node + j] as usize;
-        let mut segments = Vec::with_capacity(nodes * per_node);
-        let mut block_start = 0;
+        let sub = |n: usize, j: usize| breakdown[n * per_node + j] as usize;
         let mut starts = vec![vec![0usize; per_node]; nodes];
+        let mut at = 0;
         for (n, s) in starts.iter_mut().enumerate() {
-            let mut at = block_start;
             for (j, start) in s.iter_mut().enumerate() {
                 *start = at;
                 at += sub(n, j);
             }
-            block_start = at;
         }
+        let mut segments = Vec::with_capacity(nodes * per_node);
         let mut to_local = vec![0usize; per_node];
         for (j, count) in to_local.iter_mut().enumerate() {
             for (n, s) in starts.iter().enumerate() {
@@ -196,18 +195,29 @@ impl<C: Communicator> TwoLevel<C> {
             }
         }
         let regrouped = settle(
-            world,
+            comm,
             "two-level shuffle regroup",
             regroup(b, &arrived, &segments),
         )?;
         drop(arrived);
-        exchange(&self.node, b, &regrouped, &to_local)
+        let within = only_to(
+            comm.size(),
+            to_local
+                .iter()
+                .enumerate()
+                .map(|(j, &c)| (node * per_node + j, c)),
+        );
+        exchange(comm, b, &regrouped, &within)
     }
+}
 
-    /// This rank's node (its rank on the rail).
-    fn node_index(&self) -> usize {
-        self.rail.rank()
+/// Send counts of `size` ranks that are zero but for the `(rank, count)` pairs given.
+fn only_to(size: usize, pairs: impl IntoIterator<Item = (usize, usize)>) -> Vec<usize> {
+    let mut counts = vec![0; size];
+    for (rank, count) in pairs {
+        counts[rank] = count;
     }
+    counts
 }
 
 /// `table`'s rows in `segments`, concatenated in the order given.

@@ -204,6 +204,83 @@ fn expected<K: Key>(c: &Case<K>, left_ids: &[u64], right_ids: &[u64]) -> Vec<Vec
     rows
 }
 
+/// The options case `c` runs with.
+fn options<K>(c: &Case<K>) -> DistributedOptions {
+    DistributedOptions::new(JoinOptions::new(c.kind).algorithm(c.algorithm))
+        .placement(c.placement)
+        .shuffle(c.shuffle)
+        .skew(c.skew)
+        .gather_to_root(c.gather_to_root)
+}
+
+/// One rank's part of case `c`: its output as rows (as [`expected`] writes them) and its
+/// statistics.
+fn rank_output<C, K>(
+    c: &Case<K>,
+    comm: &C,
+    b: &C::Backend,
+    left_rows: &[(usize, K)],
+    right_rows: &[(usize, K)],
+) -> joinkit_cuda::Result<(Vec<Vec<u64>>, joinkit_distributed::DistributedStats)>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let opts = options(c);
+    let (rows, stats) = if c.columns {
+        let left = table(b, left_rows, 10, true);
+        let right = table(b, right_rows, 20, false);
+        let (out, stats) = distributed_join_columns(comm, b, left, right, &opts)?;
+        let cols: Vec<Vec<u64>> = out
+            .left
+            .iter()
+            .chain(&out.right)
+            .map(|c| bits(b, c))
+            .collect();
+        let valid = out.right_valid.as_ref().map(|v| b.download(v).unwrap());
+        let rows: Vec<Vec<u64>> = (0..out.rows as usize)
+            .map(|i| {
+                let mut row: Vec<u64> = cols.iter().map(|c| c[i]).collect();
+                if c.kind.has_right_rows() {
+                    row.push(valid.as_ref().map_or(1, |v| u64::from(v[i])));
+                }
+                row
+            })
+            .collect();
+        (rows, stats)
+    } else {
+        let keys = |rows: &[(usize, K)]| b.upload(&rows.iter().map(|r| r.1).collect::<Vec<_>>());
+        let (left, right) = (keys(left_rows)?, keys(right_rows)?);
+        let (out, stats) = distributed_join_rows(comm, b, left, right, &opts)?;
+        let l = b.download(&out.left)?;
+        assert_eq!(l.len() as u64, out.rows);
+        let rr = match &out.right {
+            Some(x) => b.download(x)?,
+            None => vec![u64::MAX; l.len()],
+        };
+        let valid = match &out.right_valid {
+            Some(v) => b.download(v)?,
+            None => vec![1; l.len()],
+        };
+        let rows = l
+            .into_iter()
+            .zip(rr)
+            .zip(valid)
+            .map(|((a, x), v)| vec![a, if v == 0 { u64::MAX } else { x }])
+            .collect();
+        (rows, stats)
+    };
+    if c.gather_to_root && comm.rank() != 0 {
+        assert!(
+            rows.is_empty(),
+            "rank {} kept rows after the gather",
+            comm.rank()
+        );
+    }
+    Ok((rows, stats))
+}
+
 /// Runs case `c` on `ranks` in-process ranks, each on a backend `open` gives it; returns the
 /// sorted rows of all ranks' outputs and every rank's statistics.
 fn run_case<B, K>(
@@ -216,67 +293,11 @@ where
 {
     let (left_rows, _) = rank_rows(&c.left, &c.left_ranks, c.ranks);
     let (right_rows, _) = rank_rows(&c.right, &c.right_ranks, c.ranks);
-    let opts = DistributedOptions::new(JoinOptions::new(c.kind).algorithm(c.algorithm))
-        .placement(c.placement)
-        .shuffle(c.shuffle)
-        .skew(c.skew)
-        .gather_to_root(c.gather_to_root);
     let world = LocalWorld::new(c.ranks, CommConfig::default()).unwrap();
     let outputs = world.run(|comm| {
         let b = open();
         let r = comm.rank();
-        let (rows, stats) = if c.columns {
-            let left = table(&b, &left_rows[r], 10, true);
-            let right = table(&b, &right_rows[r], 20, false);
-            let (out, stats) = distributed_join_columns(&comm, &b, left, right, &opts)?;
-            let cols: Vec<Vec<u64>> = out
-                .left
-                .iter()
-                .chain(&out.right)
-                .map(|c| bits(&b, c))
-                .collect();
-            let valid = out.right_valid.as_ref().map(|v| b.download(v).unwrap());
-            let rows: Vec<Vec<u64>> = (0..out.rows as usize)
-                .map(|i| {
-                    let mut row: Vec<u64> = cols.iter().map(|c| c[i]).collect();
-                    if c.kind.has_right_rows() {
-                        row.push(valid.as_ref().map_or(1, |v| u64::from(v[i])));
-                    }
-                    row
-                })
-                .collect();
-            (rows, stats)
-        } else {
-            let keys =
-                |rows: &[(usize, K)]| b.upload(&rows.iter().map(|r| r.1).collect::<Vec<_>>());
-            let (left, right) = (keys(&left_rows[r])?, keys(&right_rows[r])?);
-            let (out, stats) = distributed_join_rows(&comm, &b, left, right, &opts)?;
-            let l = b.download(&out.left)?;
-            assert_eq!(l.len() as u64, out.rows);
-            let rr = match &out.right {
-                Some(x) => b.download(x)?,
-                None => vec![u64::MAX; l.len()],
-            };
-            let valid = match &out.right_valid {
-                Some(v) => b.download(v)?,
-                None => vec![1; l.len()],
-            };
-            let rows = l
-                .into_iter()
-                .zip(rr)
-                .zip(valid)
-                .map(|((a, x), v)| vec![a, if v == 0 { u64::MAX } else { x }])
-                .collect();
-            (rows, stats)
-        };
-        if c.gather_to_root && comm.rank() != 0 {
-            assert!(
-                rows.is_empty(),
-                "rank {} kept rows after the gather",
-                comm.rank()
-            );
-        }
-        Ok((rows, stats))
+        rank_output(c, &comm, &b, &left_rows[r], &right_rows[r])
     });
     let mut all = Vec::new();
     let mut stats = Vec::new();
@@ -349,6 +370,115 @@ fn distributed_joins_equal_the_reference_with_gpu_ranks_sharing_one_gpu() {
     runner(32)
         .run(&case::<u64>(), |c| {
             check_case(&c, &open);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The same cases through a real NCCL communicator of one rank (`ncclCommInitRank`, grouped
+/// send and receive to itself) on the GPU: the distributed layer over NCCL equals the
+/// reference. One communicator serves every case, as a program would keep it.
+#[cfg(feature = "cuda")]
+#[test]
+fn distributed_joins_equal_the_reference_over_nccl_with_one_rank() {
+    use joinkit_comm::nccl::{NcclComm, UniqueId};
+    let Some(gpu) = joinkit_cuda::testing::cuda_or_skip(
+        "distributed_joins_equal_the_reference_over_nccl_with_one_rank",
+    ) else {
+        return;
+    };
+    let id = UniqueId::new().expect("NCCL is present where a GPU is");
+    let comm = NcclComm::init_rank(&gpu, 1, 0, &id, CommConfig::default()).unwrap();
+    let one_rank = |c: Case<u64>| Case {
+        left_ranks: vec![0; c.left.len()],
+        right_ranks: vec![0; c.right.len()],
+        ranks: 1,
+        shuffle: Shuffle::OneLevel,
+        ..c
+    };
+    runner(24)
+        .run(&case::<u64>().prop_map(one_rank), |c| {
+            let (left_rows, left_ids) = rank_rows(&c.left, &c.left_ranks, 1);
+            let (right_rows, right_ids) = rank_rows(&c.right, &c.right_ranks, 1);
+            let (mut got, stats) = rank_output(&c, &comm, &gpu, &left_rows[0], &right_rows[0])
+                .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+            got.sort_unstable();
+            let want = expected(&c, &left_ids, &right_ids);
+            assert_eq!(got, want, "{c:?}");
+            assert_eq!(stats.global_output_rows, want.len() as u64);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The cases on every GPU of the host, one NCCL rank each (`NcclComm::init_all`), one- and
+/// two-level shuffles (two "nodes" of half the GPUs; of one GPU each with two); skipped below
+/// two GPUs. The communicators serve every case, each moved to its rank's thread and back.
+#[cfg(feature = "cuda")]
+#[test]
+fn distributed_joins_equal_the_reference_over_nccl_on_every_gpu() {
+    use joinkit_comm::nccl::NcclComm;
+    use joinkit_cuda::CudaBackend;
+    let test = "distributed_joins_equal_the_reference_over_nccl_on_every_gpu";
+    let Some(_) = joinkit_cuda::testing::cuda_or_skip(test) else {
+        return;
+    };
+    let gpus = joinkit_cuda::device_count().unwrap();
+    if gpus < 2 {
+        joinkit_cuda::testing::say_skipped(test, &format!("{gpus} GPU(s): needs two or more"));
+        return;
+    }
+    let backends: Vec<CudaBackend> = (0..gpus).map(|g| CudaBackend::new(g).unwrap()).collect();
+    let comms = std::sync::Mutex::new(Some(
+        NcclComm::init_all(&backends, CommConfig::default()).unwrap(),
+    ));
+    let on_every_gpu = (case::<u64>(), any::<bool>()).prop_map(move |(c, two_level)| Case {
+        left_ranks: c.left_ranks.iter().map(|r| r % gpus).collect(),
+        right_ranks: c.right_ranks.iter().map(|r| r % gpus).collect(),
+        ranks: gpus,
+        shuffle: if two_level && gpus.is_multiple_of(2) {
+            Shuffle::TwoLevel {
+                ranks_per_node: gpus / 2,
+            }
+        } else {
+            Shuffle::OneLevel
+        },
+        ..c
+    });
+    runner(24)
+        .run(&on_every_gpu, |c| {
+            let (left_rows, left_ids) = rank_rows(&c.left, &c.left_ranks, gpus);
+            let (right_rows, right_ids) = rank_rows(&c.right, &c.right_ranks, gpus);
+            let taken = comms
+                .lock()
+                .unwrap()
+                .take()
+                .expect("communicators returned");
+            let (back, outputs): (Vec<NcclComm>, Vec<_>) = std::thread::scope(|s| {
+                let handles: Vec<_> = taken
+                    .into_iter()
+                    .zip(&backends)
+                    .map(|(comm, b)| {
+                        let (c, lr, rr) = (&c, &left_rows, &right_rows);
+                        s.spawn(move || {
+                            b.bind_to_thread().unwrap();
+                            let r = comm.rank();
+                            let out = rank_output(c, &comm, b, &lr[r], &rr[r]);
+                            (comm, out)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).unzip()
+            });
+            *comms.lock().unwrap() = Some(back);
+            let mut got = Vec::new();
+            for (r, o) in outputs.into_iter().enumerate() {
+                let (rows, stats) = o.unwrap_or_else(|e| panic!("rank {r} of {c:?}: {e}"));
+                assert_eq!(stats.ranks, gpus);
+                got.extend(rows);
+            }
+            got.sort_unstable();
+            assert_eq!(got, expected(&c, &left_ids, &right_ids), "{c:?}");
             Ok(())
         })
         .unwrap();
