@@ -432,9 +432,16 @@ impl NcclComm {
             .filter(|(_, (c, _))| !c.is_null())
             .map(|(rank, (c, b))| Self::adopt(nccl, c, b, rank, backends.len(), config))
             .collect();
-        issued.and(ended)?;
-        for c in &comms {
-            c.settle("ncclCommInitRankConfig", None)?;
+        // A failed or timed-out join aborts every rank's communicator: the others' joins
+        // could never finish, and freeing one that is still joining waits for it.
+        let joined = issued.and(ended).and_then(|()| {
+            comms
+                .iter()
+                .try_for_each(|c| c.settle("ncclCommInitRankConfig", None))
+        });
+        if let Err(e) = joined {
+            comms.iter().for_each(Self::abort);
+            return Err(e);
         }
         Ok(comms)
     }
@@ -808,8 +815,12 @@ impl Communicator for NcclComm {
             self.abort();
             return Err(e);
         }
-        self.settle(OP, None)?;
         let mut made = Self::adopt(self.nccl, child, &self.backend, 0, 0, self.config);
+        if let Err(e) = self.settle(OP, None) {
+            // The child's join cannot finish without the parent: abort it too.
+            made.abort();
+            return Err(e);
+        }
         made.settle(OP, None)?;
         let (mut rank, mut size) = (0, 0);
         // SAFETY: the child is live; the out pointers are valid.
