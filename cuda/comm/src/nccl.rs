@@ -807,20 +807,27 @@ impl Communicator for NcclComm {
         let (color, key) = self.agree(OP, args)?;
         let comm = self.live(OP)?;
         self.backend.bind_to_thread()?;
-        let mut child: RawComm = std::ptr::null_mut();
+        // NCCL writes the child's handle when the split completes, after this call returns
+        // (non-blocking): into a slot that outlives a failed wait.
+        let mut slot: Box<RawComm> = Box::new(std::ptr::null_mut());
         let mut raw = RawConfig::non_blocking();
-        // SAFETY: the parent is live; the out pointers are valid for the call.
-        let code = unsafe { (self.nccl.split)(comm, color, key, &mut child, &mut raw) };
+        // SAFETY: the parent is live; the out pointers are valid for the call and after it.
+        let code = unsafe { (self.nccl.split)(comm, color, key, &mut *slot, &mut raw) };
         if let Err(e) = self.nccl.check(OP, code, comm) {
             self.abort();
             return Err(e);
         }
-        let mut made = Self::adopt(self.nccl, child, &self.backend, 0, 0, self.config);
         if let Err(e) = self.settle(OP, None) {
-            // The child's join cannot finish without the parent: abort it too.
-            made.abort();
+            // The child's join cannot finish without the parent (aborted by the failed wait,
+            // which ends its pending work): abort the child too, and keep the slot in case
+            // NCCL still writes it.
+            let child = Self::adopt(self.nccl, *slot, &self.backend, 0, 0, self.config);
+            child.abort();
+            Box::leak(slot);
             return Err(e);
         }
+        let child = *slot;
+        let mut made = Self::adopt(self.nccl, child, &self.backend, 0, 0, self.config);
         made.settle(OP, None)?;
         let (mut rank, mut size) = (0, 0);
         // SAFETY: the child is live; the out pointers are valid.
