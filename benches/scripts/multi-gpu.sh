@@ -4,18 +4,19 @@
 #   ../shared/tools/gpu-bundle.sh --bench          # here: build and pack (no GPU needed)
 #   bash benches/scripts/multi-gpu.sh               # there: every visible GPU
 #   GPUS=0,1 bash benches/scripts/multi-gpu.sh      # or some of them
-#   bash benches/scripts/multi-gpu.sh tests scaling  # only these parts (tests, scaling,
-#                                                     # two-level, variants, processes)
+#   bash benches/scripts/multi-gpu.sh tests scaling  # only these parts (tests, all-to-all,
+#                                                     # scaling, two-level, variants, processes)
 #   COUNTS="2 4" bash benches/scripts/multi-gpu.sh two-level   # only these rank counts
 #
 # 1. Every test executable of the bundle with JOINKIT_REQUIRE_GPU=1 (.gpu-bundle/run.sh).
-# 2. scaling: joinkit-bench distributed over NCCL, one process driving every GPU (--gpus), the
+# 2. all-to-all: the raw all-to-all's bandwidth at 1 MiB … 2 GiB a rank (a tiny join each).
+# 3. scaling: joinkit-bench distributed over NCCL, one process driving every GPU (--gpus), the
 #    raw all-to-all measured in every run: weak scaling at Gao's shape (2^27 ⋈ 2^28 8 B keys with
 #    8 B row ids a rank) and strong scaling of 2^27 ⋈ 2^28 over 1, 2, 4, ... GPUs.
-#    two-level: one- against two-level shuffle (2 GPUs as 2 nodes of 1, 4 as 2 × 2).
-# 3. variants: replicated against partitioned build sides; Zipf 1.0 and one key holding 10 % of
+# 4. two-level: one- against two-level shuffle (2 GPUs as 2 nodes of 1, 4 as 2 × 2).
+# 5. variants: replicated against partitioned build sides; Zipf 1.0 and one key holding 10 % of
 #    S, heavy keys handled and not; Wu's 4 B 2+2 wide shape; TPC-H orders ⋈ lineitem at SF 10.
-# 4. processes: the weak-scaling run with one process per GPU, started by a shell loop the way
+# 6. processes: the weak-scaling run with one process per GPU, started by a shell loop the way
 #    torchrun or srun would (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NCCL_COMM_ID).
 #
 # JSON lines, plots and logs go to $OUT (or ./multi-gpu-logs); exits non-zero if anything failed.
@@ -31,7 +32,7 @@ n=${#gpu_list[@]}
 echo "GPUs: $gpus ($n)"
 status=0
 
-parts=${*:-tests scaling two-level variants processes}
+parts=${*:-tests all-to-all scaling two-level variants processes}
 want() { [[ " $parts " == *" $1 "* ]]; }
 
 if want tests; then
@@ -75,6 +76,14 @@ if want scaling; then
     g=$(prefix "$k")
     bench_run "weak-gao-$k" --comm nccl --gpus "$g" --per-rank --r 2^27 --s 2^28
     bench_run "strong-$k" --comm nccl --gpus "$g" --r 2^27 --s 2^28
+  done
+fi
+
+if want all-to-all; then
+  for k in "${counts[@]}"; do
+    ((k > 1)) || continue
+    bench_run "all-to-all-$k" --comm nccl --gpus "$(prefix "$k")" --per-rank --r 2^16 \
+      --sweep a2a-bytes=2^20..2^31
   done
 fi
 

@@ -99,6 +99,11 @@ pub(crate) struct DistributedArgs {
     /// rows in place and have their R rows replicated (0: off).
     #[arg(long, default_value_t = 0.25)]
     skew_load: f64,
+    /// Bytes each rank holds for the raw all-to-all measured before the join (spread evenly
+    /// over the ranks), as 2^30 or 1073741824; default: as many as its shuffle moves. Swept with
+    /// a small join, it gives the all-to-all's bandwidth by message size.
+    #[arg(long, value_parser = parse_size)]
+    a2a_bytes: Option<usize>,
     /// The longest a collective waits for a peer, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     timeout_ms: u64,
@@ -325,7 +330,9 @@ where
     )?;
     let row_bytes = K::BITS as usize / 8 + 8usize.max(args.payloads * K::BITS as usize / 8);
     let all_to_all = if ranks > 1 {
-        let bytes = (left.len() + right.len()) * row_bytes;
+        let bytes = args
+            .a2a_bytes
+            .unwrap_or((left.len() + right.len()) * row_bytes);
         let words = bytes.div_ceil(8).max(ranks);
         let mut send = b.alloc::<u64>(words)?;
         b.fill_random(&mut send, 7, u64::MAX)?;
@@ -523,7 +530,8 @@ fn report(
     ctx.report.note(format!("workload: {workload}"));
     ctx.report.note(
         "times are the slowest rank's; shuffle GB/s: the most bytes one rank sent over its \
-         shuffle time; a2a GB/s: the same for a plain all-to-all of as many bytes (this run)",
+         shuffle time; a2a GB/s: the same for a plain all-to-all of as many bytes in this run \
+         (or of --a2a-bytes a rank)",
     );
     // Phases a run did not have (no shuffle on one rank, no gather) are left empty.
     let ran = |name: &str| {
@@ -568,6 +576,12 @@ fn report(
         .with_opt(
             "peak MiB",
             m.peak_bytes.map(|p| p as f64 / (1 << 20) as f64),
+        )
+        .detail(
+            "a2a ms",
+            result
+                .all_to_all
+                .map_or(String::new(), |(ms, _)| format!("{ms:.3}")),
         )
         .detail("GB sent", m.bytes_sent_sum as f64 / 1e9)
         .detail("local algorithm", st.local.algorithm.name())
