@@ -415,18 +415,6 @@ fn run_match<B: JoinBackend, K: Key>(
     Ok(m)
 }
 
-/// `a` followed by `c`, in a new buffer.
-fn concat<B: Backend, T: joinkit_cuda::Element>(
-    b: &B,
-    a: &B::Buf<T>,
-    c: &B::Buf<T>,
-) -> Result<B::Buf<T>> {
-    let mut out = b.alloc::<T>(a.len() + c.len())?;
-    b.copy_into(a, &mut out, 0)?;
-    b.copy_into(c, &mut out, a.len())?;
-    Ok(out)
-}
-
 /// `n` copies of `value`.
 pub(crate) fn filled<B: Backend, T: joinkit_cuda::Element>(
     b: &B,
@@ -538,7 +526,7 @@ pub fn join_rows<B: JoinBackend, K: Key>(
                 right: Some(r),
             },
             (JoinKind::LeftOuter, Some((l, r)), Some(u)) => {
-                let left = concat(b, &l, &u)?;
+                let left = b.concat(&l, &u)?;
                 let right = pad(b, &r, left.len(), NULL_ROW)?;
                 RowPairs {
                     left,
@@ -766,7 +754,7 @@ fn materialize<B: JoinBackend, K: Key>(
                 let left = matched
                     .iter()
                     .zip(&unmatched)
-                    .map(|(a, c)| concat_column(b, a, c))
+                    .map(|(a, c)| a.concat(b, c))
                     .collect::<Result<Vec<_>>>()?;
                 let right = r
                     .iter()
@@ -824,19 +812,4 @@ fn to_row_ids<B: JoinBackend>(
     rows_of
         .map(|rows| b.gather(rows, ids, Bounds::Trust))
         .transpose()
-}
-
-/// `a` followed by `c` (same element type, as both come from one input column).
-fn concat_column<B: Backend>(b: &B, a: &Column<B>, c: &Column<B>) -> Result<Column<B>> {
-    Ok(match (a, c) {
-        (Column::U32(a), Column::U32(c)) => Column::U32(concat(b, a, c)?),
-        (Column::I32(a), Column::I32(c)) => Column::I32(concat(b, a, c)?),
-        (Column::U64(a), Column::U64(c)) => Column::U64(concat(b, a, c)?),
-        (Column::I64(a), Column::I64(c)) => Column::I64(concat(b, a, c)?),
-        _ => {
-            return Err(Error::InvalidArgument(
-                "concatenating columns of different types".into(),
-            ));
-        }
-    })
 }

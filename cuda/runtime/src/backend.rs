@@ -112,6 +112,22 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
         self.copy_range_into(src, 0..src.len(), dst, offset)
     }
 
+    /// `a`'s elements followed by `c`'s, in a new buffer.
+    ///
+    /// # Errors
+    /// [`crate::Error::SizeOverflow`] when the lengths' sum does not fit; allocation and driver
+    /// errors.
+    fn concat<T: Element>(&self, a: &Self::Buf<T>, c: &Self::Buf<T>) -> Result<Self::Buf<T>> {
+        let len = a
+            .len()
+            .checked_add(c.len())
+            .ok_or(crate::Error::SizeOverflow("concatenated length"))?;
+        let mut out = self.alloc::<T>(len)?;
+        self.copy_into(a, &mut out, 0)?;
+        self.copy_into(c, &mut out, a.len())?;
+        Ok(out)
+    }
+
     /// Copies `src[range]` into `dst[offset..offset + range.len()]`, device to device, queued
     /// on this backend's stream. `src` may belong to another backend of the same type (another
     /// rank's buffer in an in-process communicator): the caller orders the two (the writer of

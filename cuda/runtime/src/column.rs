@@ -33,6 +33,25 @@ impl<B: Backend> Column<B> {
             Column::U64(_) | Column::I64(_) => 8,
         }
     }
+
+    /// This column's rows followed by `other`'s, in a new column on `b`.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] when the element types differ; as
+    /// [`Backend::concat`].
+    pub fn concat(&self, b: &B, other: &Column<B>) -> crate::Result<Column<B>> {
+        Ok(match (self, other) {
+            (Column::U32(a), Column::U32(c)) => Column::U32(b.concat(a, c)?),
+            (Column::I32(a), Column::I32(c)) => Column::I32(b.concat(a, c)?),
+            (Column::U64(a), Column::U64(c)) => Column::U64(b.concat(a, c)?),
+            (Column::I64(a), Column::I64(c)) => Column::I64(b.concat(a, c)?),
+            _ => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "concatenating a {self:?} column and a {other:?} one"
+                )));
+            }
+        })
+    }
 }
 
 impl<B: Backend> std::fmt::Debug for Column<B> {

@@ -365,32 +365,13 @@ fn concat_tables<B: Backend, K: Key>(
     a: &Table<B, K>,
     c: &Table<B, K>,
 ) -> Result<Table<B, K>> {
-    fn cat<B: Backend, T: joinkit_cuda::Element>(
-        b: &B,
-        a: &B::Buf<T>,
-        c: &B::Buf<T>,
-    ) -> Result<B::Buf<T>> {
-        let mut out = b.alloc::<T>(a.len() + c.len())?;
-        b.copy_into(a, &mut out, 0)?;
-        b.copy_into(c, &mut out, a.len())?;
-        Ok(out)
-    }
-    let keys = cat(b, &a.keys, &c.keys)?;
     let payloads = a
         .payloads
         .iter()
         .zip(&c.payloads)
-        .map(|(x, y)| {
-            Ok(match (x, y) {
-                (Column::U32(x), Column::U32(y)) => Column::U32(cat(b, x, y)?),
-                (Column::I32(x), Column::I32(y)) => Column::I32(cat(b, x, y)?),
-                (Column::U64(x), Column::U64(y)) => Column::U64(cat(b, x, y)?),
-                (Column::I64(x), Column::I64(y)) => Column::I64(cat(b, x, y)?),
-                _ => return Err(Error::Corrupt("heavy rows changed column types".into())),
-            })
-        })
+        .map(|(x, y)| x.concat(b, y))
         .collect::<Result<Vec<_>>>()?;
-    Table::new(keys, payloads)
+    Table::new(b.concat(&a.keys, &c.keys)?, payloads)
 }
 
 /// Every rank's output on rank 0 (the others keep empty columns of the same types), after
