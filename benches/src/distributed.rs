@@ -40,7 +40,7 @@ pub(crate) struct DistributedArgs {
     /// Communicator: `local` (ranks as threads of this process on --device: the CPU, or one GPU
     /// that every rank shares) or `nccl` (one GPU per rank: --gpus in this process, or this
     /// process's rank when a launcher set RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS).
-    #[arg(long, default_value = "local", value_parser = parse_comm)]
+    #[arg(long, value_enum, default_value = "local")]
     comm: CommKind,
     /// In-process ranks (--comm local), 1 to 1024.
     #[arg(long, default_value_t = 4, value_parser = parse_ranks)]
@@ -89,7 +89,7 @@ pub(crate) struct DistributedArgs {
     #[arg(long, default_value = "auto", value_parser = parse_placement)]
     placement: Placement,
     /// Shuffle: one-level, two-level (nodes of --ranks-per-node) or auto.
-    #[arg(long, default_value = "auto", value_parser = parse_shuffle_kind)]
+    #[arg(long, value_enum, default_value = "auto")]
     shuffle: ShuffleKind,
     /// Ranks per node for the two-level shuffle (default: LOCAL_WORLD_SIZE or
     /// SLURM_NTASKS_PER_NODE under a launcher, else all ranks on one node).
@@ -123,18 +123,10 @@ pub(crate) const PLOT: PlotSpec = PlotSpec {
 };
 
 /// Which communicator the ranks use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CommKind {
     Local,
     Nccl,
-}
-
-fn parse_comm(s: &str) -> std::result::Result<CommKind, String> {
-    match s.trim() {
-        "local" => Ok(CommKind::Local),
-        "nccl" => Ok(CommKind::Nccl),
-        _ => Err(format!("{s:?}: use local or nccl")),
-    }
 }
 
 fn parse_ranks(s: &str) -> std::result::Result<usize, String> {
@@ -144,38 +136,34 @@ fn parse_ranks(s: &str) -> std::result::Result<usize, String> {
     }
 }
 
+/// Placements by their command-line names.
+const PLACEMENTS: [(&str, Placement); 3] = [
+    ("partitioned", Placement::Partitioned),
+    ("replicated", Placement::Replicated),
+    ("auto", Placement::Auto),
+];
+
 fn parse_placement(s: &str) -> std::result::Result<Placement, String> {
-    match s.trim() {
-        "partitioned" => Ok(Placement::Partitioned),
-        "replicated" => Ok(Placement::Replicated),
-        "auto" => Ok(Placement::Auto),
-        _ => Err(format!("{s:?}: use partitioned, replicated or auto")),
-    }
+    PLACEMENTS
+        .iter()
+        .find(|p| p.0 == s.trim())
+        .map(|p| p.1)
+        .ok_or_else(|| format!("{s:?}: use partitioned, replicated or auto"))
+}
+
+fn placement_name(placement: Placement) -> &'static str {
+    PLACEMENTS
+        .iter()
+        .find(|p| p.1 == placement)
+        .map_or("?", |p| p.0)
 }
 
 /// `--shuffle` before the node size is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ShuffleKind {
     OneLevel,
     TwoLevel,
     Auto,
-}
-
-fn parse_shuffle_kind(s: &str) -> std::result::Result<ShuffleKind, String> {
-    match s.trim() {
-        "one-level" => Ok(ShuffleKind::OneLevel),
-        "two-level" => Ok(ShuffleKind::TwoLevel),
-        "auto" => Ok(ShuffleKind::Auto),
-        _ => Err(format!("{s:?}: use one-level, two-level or auto")),
-    }
-}
-
-fn placement_name(p: Placement) -> &'static str {
-    match p {
-        Placement::Partitioned => "partitioned",
-        Placement::Replicated => "replicated",
-        Placement::Auto => "auto",
-    }
 }
 
 fn shuffle_name(s: Shuffle) -> String {
