@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use joinkit_comm::nccl::{NcclComm, UniqueId, version};
 use joinkit_comm::{CommConfig, Communicator, ReduceOp};
-use joinkit_cuda::testing::{cuda_or_skip, gpu_required};
+use joinkit_cuda::testing::{cuda_or_skip, gpu_required, gpus_or_skip};
 use joinkit_cuda::{Backend, CudaBackend, Error};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -174,13 +174,7 @@ fn a_rank_that_never_joins_is_a_timeout() {
 
 /// Every GPU of the host as one rank (`NcclComm::init_all`; skipped below two GPUs).
 fn every_gpu(test: &str) -> Option<(Vec<CudaBackend>, Vec<NcclComm>)> {
-    cuda_or_skip(test)?;
-    let gpus = joinkit_cuda::device_count().unwrap();
-    if gpus < 2 {
-        joinkit_cuda::testing::say_skipped(test, &format!("{gpus} GPU(s): needs two or more"));
-        return None;
-    }
-    let backends: Vec<CudaBackend> = (0..gpus).map(|g| CudaBackend::new(g).unwrap()).collect();
+    let backends = gpus_or_skip(test, 2)?;
     let comms = NcclComm::init_all(&backends, CommConfig::default()).unwrap();
     Some((backends, comms))
 }
@@ -269,15 +263,10 @@ fn every_gpu_exchanges_random_counts_and_splits() {
 fn a_rank_that_stops_is_a_timeout_on_every_other_gpu() {
     let _serial = serial();
     let test = "a_rank_that_stops_is_a_timeout_on_every_other_gpu";
-    let Some(_) = cuda_or_skip(test) else {
+    let Some(backends) = gpus_or_skip(test, 2) else {
         return;
     };
-    let gpus = joinkit_cuda::device_count().unwrap();
-    if gpus < 2 {
-        joinkit_cuda::testing::say_skipped(test, &format!("{gpus} GPU(s): needs two or more"));
-        return;
-    }
-    let backends: Vec<CudaBackend> = (0..gpus).map(|g| CudaBackend::new(g).unwrap()).collect();
+    let gpus = backends.len();
     let limit = Duration::from_secs(3);
     let comms = NcclComm::init_all(&backends, CommConfig::default().timeout(limit)).unwrap();
     let started = Instant::now();

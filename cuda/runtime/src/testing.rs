@@ -28,6 +28,28 @@ pub fn cuda_or_skip(test: &str) -> Option<crate::CudaBackend> {
     }
 }
 
+/// A backend on every GPU of the machine (index = ordinal) for a test that needs at least
+/// `min` of them, or `None` after printing why it is skipped: fewer GPUs (a one-GPU machine
+/// passes such a test by skipping it, even with [`gpu_required`]), or none as in
+/// [`cuda_or_skip`].
+///
+/// # Panics
+/// As [`cuda_or_skip`]; when a GPU that is present cannot be opened.
+#[cfg(feature = "cuda")]
+pub fn gpus_or_skip(test: &str, min: usize) -> Option<Vec<crate::CudaBackend>> {
+    cuda_or_skip(test)?;
+    let gpus = crate::device_count().unwrap_or(0);
+    if gpus < min {
+        say_skipped(test, &format!("{gpus} GPU(s), needs {min} or more"));
+        return None;
+    }
+    Some(
+        (0..gpus)
+            .map(|g| crate::CudaBackend::new(g).unwrap_or_else(|e| panic!("{test}: cuda:{g}: {e}")))
+            .collect(),
+    )
+}
+
 /// The backend a GPU test runs on: CUDA in builds with the `cuda` feature; in builds without
 /// it the CPU backend stands in as a type only ([`gpu_or_skip`] never returns one).
 #[cfg(feature = "cuda")]

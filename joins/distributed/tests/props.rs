@@ -418,17 +418,13 @@ fn distributed_joins_equal_the_reference_over_nccl_with_one_rank() {
 #[test]
 fn distributed_joins_equal_the_reference_over_nccl_on_every_gpu() {
     use joinkit_comm::nccl::NcclComm;
-    use joinkit_cuda::CudaBackend;
-    let test = "distributed_joins_equal_the_reference_over_nccl_on_every_gpu";
-    let Some(_) = joinkit_cuda::testing::cuda_or_skip(test) else {
+    let Some(backends) = joinkit_cuda::testing::gpus_or_skip(
+        "distributed_joins_equal_the_reference_over_nccl_on_every_gpu",
+        2,
+    ) else {
         return;
     };
-    let gpus = joinkit_cuda::device_count().unwrap();
-    if gpus < 2 {
-        joinkit_cuda::testing::say_skipped(test, &format!("{gpus} GPU(s): needs two or more"));
-        return;
-    }
-    let backends: Vec<CudaBackend> = (0..gpus).map(|g| CudaBackend::new(g).unwrap()).collect();
+    let gpus = backends.len();
     let comms = std::sync::Mutex::new(Some(
         NcclComm::init_all(&backends, CommConfig::default()).unwrap(),
     ));
