@@ -101,6 +101,21 @@ pub(crate) struct JoinArgs {
     /// Zipf exponent of S's keys over R (overrides --match-ratio; 0 is uniform).
     #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
     zipf: Option<f64>,
+    /// Rows per key of R (1: unique keys, a PK-FK join): R holds |R| / M distinct keys, each
+    /// on M rows, and S's keys are drawn from those, so each has about |S| M / |R| rows
+    /// (with --s equal to --r, M on both sides): an M:N join.
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = parse_multiplicity,
+        conflicts_with_all = ["left", "tpch"],
+        help_heading = "Generated workloads"
+    )]
+    r_multiplicity: usize,
+    /// Zipf exponent of R's keys over its |R| / M distinct keys, instead of M rows each (skew
+    /// on the build side too).
+    #[arg(long, conflicts_with_all = ["left", "tpch"], help_heading = "Generated workloads")]
+    r_zipf: Option<f64>,
     /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead (above 0, at
     /// most 700: lineitem's rows then near the 2^32 - 1 a join side may have).
     #[arg(
@@ -115,6 +130,11 @@ pub(crate) struct JoinArgs {
     /// algorithms it takes) unless --algorithm says; reports the number of chunks.
     #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
     memory_budget: Option<usize>,
+    /// Do not promise the joins that R's keys are unique where they are (as a join of files,
+    /// whose keys nobody vouches for): Auto then samples R for duplicates, and the hash
+    /// joins use tables that allow them.
+    #[arg(long, conflicts_with = "left", help_heading = "Generated workloads")]
+    no_right_unique: bool,
     /// Seed of the generated keys.
     #[arg(
         long,
@@ -154,6 +174,14 @@ pub(crate) fn parse_kind(s: &str) -> std::result::Result<JoinKind, String> {
 
 pub(crate) fn kind_name(kind: JoinKind) -> &'static str {
     KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
+}
+
+/// Rows per key, at least 1 (a clap value parser).
+fn parse_multiplicity(s: &str) -> std::result::Result<usize, String> {
+    match parse_size(s)? {
+        0 => Err("rows per key start at 1".to_string()),
+        m => Ok(m),
+    }
 }
 
 /// An algorithm by name (see [`Algorithm::from_name`]; a clap value parser).
@@ -210,7 +238,13 @@ fn median_run<O>(
 
 /// A join's statistics as row fields, after the row's own: the algorithm `requested` (`auto`,
 /// or the one given) and the one that ran.
-fn with_stats(row: Row, requested: Algorithm, st: &JoinStats) -> Row {
+fn with_stats(mut row: Row, requested: Algorithm, st: &JoinStats) -> Row {
+    if let Some(reason) = st.reason {
+        row = row.detail("auto reason", reason.to_string());
+    }
+    if let Some(m) = st.sampled.and_then(|s| s.right_rows_per_key) {
+        row = row.detail("sampled right rows/key", m);
+    }
     row.with("requested", requested.name())
         .with("algorithm", st.algorithm.name())
         .with("kind", kind_name(st.kind))
@@ -326,9 +360,18 @@ fn join_tables<B: JoinBackend, K: Key>(
 /// A workload side without rows (a join of nothing measures nothing).
 const NO_ROWS: Error = Error::EmptyInput("join benchmark sides need rows");
 
-/// The workload: R's and S's keys on the host, and a description. Generated sizes are checked
-/// before anything is generated: rows on both sides, no more than a join takes.
-fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>, Vec<K>, String)> {
+/// A generated workload: both sides' keys on the host, a description, and whether R's keys are
+/// unique.
+struct Workload<K> {
+    r: Vec<K>,
+    s: Vec<K>,
+    shape: String,
+    r_unique: bool,
+}
+
+/// The workload of `args`. Generated sizes are checked before anything is generated: rows on
+/// both sides, no more than a join takes.
+fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<Workload<K>> {
     if let Some(sf) = args.tpch {
         let o = datagen::tpch::column(datagen::tpch::Column::OOrderkey, sf)?;
         let l = datagen::tpch::column(datagen::tpch::Column::LOrderkey, sf)?;
@@ -336,11 +379,12 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
             return Err(NO_ROWS);
         }
         let fit = |v: Vec<u64>| v.into_iter().map(K::from_u64).collect::<Vec<K>>();
-        return Ok((
-            fit(o),
-            fit(l),
-            format!("TPC-H SF {sf} orders ⋈ lineitem on the order key"),
-        ));
+        return Ok(Workload {
+            r: fit(o),
+            s: fit(l),
+            shape: format!("TPC-H SF {sf} orders ⋈ lineitem on the order key"),
+            r_unique: true,
+        });
     }
     let nr = args.r.unwrap_or(if gpu { 1 << 27 } else { 1 << 20 });
     // Saturating: 2 × 2^63 wrapped to 0 and was reported as a side without rows.
@@ -350,10 +394,22 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
     }
     check_rows(nr)?;
     check_rows(ns)?;
-    let r = datagen::unique_keys::<K>(nr, args.seed)?;
-    let (s, shape) = match args.zipf {
+    // R's distinct keys, 0..distinct; S draws from them.
+    let distinct = nr.div_ceil(args.r_multiplicity);
+    let (r, r_shape) = match args.r_zipf {
         Some(theta) => (
-            datagen::zipf_foreign_keys::<K>(nr, ns, theta, args.seed.wrapping_add(1))?,
+            datagen::zipf_foreign_keys::<K>(distinct, nr, theta, args.seed)?,
+            format!("R Zipf {theta} over {distinct} keys, "),
+        ),
+        None if distinct == nr => (datagen::unique_keys::<K>(nr, args.seed)?, String::new()),
+        None => (
+            datagen::repeated_keys::<K>(distinct, nr, args.seed)?,
+            format!("R {} rows a key, ", args.r_multiplicity),
+        ),
+    };
+    let (s, s_shape) = match args.zipf {
+        Some(theta) => (
+            datagen::zipf_foreign_keys::<K>(distinct, ns, theta, args.seed.wrapping_add(1))?,
             format!("Zipf {theta}"),
         ),
         None => {
@@ -363,12 +419,22 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<(Vec<K>,
                 ));
             }
             (
-                datagen::foreign_keys::<K>(nr, ns, args.match_ratio, args.seed.wrapping_add(1))?,
+                datagen::foreign_keys::<K>(
+                    distinct,
+                    ns,
+                    args.match_ratio,
+                    args.seed.wrapping_add(1),
+                )?,
                 format!("match ratio {}", args.match_ratio),
             )
         }
     };
-    Ok((r, s, format!("|R| = {nr}, |S| = {ns}, {shape}")))
+    Ok(Workload {
+        r,
+        s,
+        shape: format!("|R| = {nr}, |S| = {ns}, {r_shape}{s_shape}"),
+        r_unique: args.r_zipf.is_none() && distinct == nr,
+    })
 }
 
 /// `payloads` generated payload columns of the keys' width, functions of the key.
@@ -407,7 +473,12 @@ fn bench<B: JoinBackend, K: Key>(
 ) -> joinkit_cuda::Result<()> {
     let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
     let (bw, _) = ctx.copy_bandwidth(b, if gpu { 1 << 28 } else { 1 << 24 }, 10)?;
-    let (r, s, shape) = workload::<K>(args, gpu)?;
+    let Workload {
+        r,
+        s,
+        shape,
+        r_unique,
+    } = workload::<K>(args, gpu)?;
     let (right, left) = (
         table(b, &r, args.payloads, 100)?,
         table(b, &s, args.payloads, 200)?,
@@ -423,7 +494,7 @@ fn bench<B: JoinBackend, K: Key>(
         let mut opts = JoinOptions::new(args.kind)
             .algorithm(algorithm)
             .narrow_keys(!args.no_key_narrowing)
-            .right_unique(true); // R's keys are unique in every workload here
+            .right_unique(r_unique && !args.no_right_unique);
         let (chunks, st) = match args.memory_budget {
             Some(budget) => {
                 opts = opts.memory_budget(budget as u64);
@@ -451,6 +522,7 @@ fn bench<B: JoinBackend, K: Key>(
                 )
                 .detail("key-bits", K::BITS)
                 .detail("payloads", args.payloads)
+                .detail("r-multiplicity", args.r_multiplicity)
                 .detail("workload", shape.as_str())
                 .detail("copy GB/s", bw),
         );

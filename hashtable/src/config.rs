@@ -89,6 +89,7 @@ pub struct TableConfig {
     capacity: Option<usize>,
     seed: u32,
     order: BuildOrder,
+    keep_first_duplicate: bool,
 }
 
 impl TableConfig {
@@ -102,6 +103,7 @@ impl TableConfig {
             capacity: None,
             seed: DEFAULT_SEED,
             order: BuildOrder::Auto,
+            keep_first_duplicate: false,
         }
     }
 
@@ -151,6 +153,21 @@ impl TableConfig {
     pub fn build_order(mut self, order: BuildOrder) -> Self {
         self.order = order;
         self
+    }
+
+    /// Key-value tables: a key inserted again is dropped instead of failing the build with
+    /// [`Error::DuplicateKey`], so the table holds one slot per distinct key with one of its
+    /// rows (whichever inserted first). For semi and anti joins, which ask only whether a key
+    /// is there: probes never walk runs of equal keys. Counts and retrieves see one row a key.
+    pub fn keep_first_duplicate(mut self) -> Self {
+        self.keep_first_duplicate = true;
+        self
+    }
+
+    /// Whether a key-value table drops keys inserted again
+    /// ([`TableConfig::keep_first_duplicate`]).
+    pub fn keeps_first_duplicate(&self) -> bool {
+        self.keep_first_duplicate
     }
 
     /// The insert order of the CUDA build.

@@ -53,11 +53,17 @@ pub(crate) fn slot_words<K: Key>(kind: TableKind, capacity: usize) -> Result<usi
         .ok_or(Error::SizeOverflow("table slots"))
 }
 
-/// Turns build status bits into the error both backends report (full before duplicate).
-pub(crate) fn status_error(status: u32, capacity: usize, rows: usize) -> Result<()> {
+/// Turns build status bits into the error both backends report (full before duplicate; no
+/// duplicate error where `config` keeps the first of them).
+pub(crate) fn status_error(
+    status: u32,
+    config: &TableConfig,
+    capacity: usize,
+    rows: usize,
+) -> Result<()> {
     if status & STATUS_FULL != 0 {
         Err(Error::TableFull { capacity, rows })
-    } else if status & STATUS_DUPLICATE != 0 {
+    } else if status & STATUS_DUPLICATE != 0 && !config.keeps_first_duplicate() {
         Err(Error::DuplicateKey { side: "build" })
     } else {
         Ok(())
@@ -546,7 +552,7 @@ impl HashTables for CpuBackend {
                 });
             Storage::Open(slots)
         };
-        status_error(status.into_inner(), capacity, keys.len())?;
+        status_error(status.into_inner(), config, capacity, keys.len())?;
         Ok(HashTable {
             storage,
             keys,

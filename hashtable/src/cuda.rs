@@ -606,7 +606,7 @@ impl HashTables for CudaBackend {
             }
         }
         let status = self.download(&status)?;
-        status_error(status[0], capacity, keys.len())?;
+        status_error(status[0], config, capacity, keys.len())?;
         table.max_probe = status[1];
         Ok(table)
     }

@@ -10,6 +10,10 @@
 //! | [`TableKind::HashRow`] | (hash32, build row), one word; key re-checked against the build column | any | CAS |
 //! | [`TableKind::Chained`] | bucket heads + a chain entry per build row (Thostrup et al.) | any | atomic exchange |
 //!
+//! A key-value table built with [`TableConfig::keep_first_duplicate`] keeps one slot a
+//! distinct key instead of refusing duplicates: what semi and anti joins need, with no run of
+//! equal keys for a probe to walk.
+//!
 //! Open addressing probes linearly or by double hashing ([`Probing`]); its capacity comes from
 //! a load factor (default 0.5) or is given. On the GPU a table much larger than the L2 cache is
 //! built from keys hash-partitioned by home-slot region first ([`BuildOrder`]), so its inserts

@@ -249,6 +249,50 @@ fn check_tables<K: Key + Arbitrary>(test: &str) {
         .unwrap();
 }
 
+/// A key-value table keeping the first of duplicate keys: one slot a distinct key, whatever
+/// its rows; `contains` and `find` answer as the reference, counts see one row a key; both
+/// backends, both build orders on the GPU.
+#[test]
+fn key_value_tables_keep_the_first_duplicate() {
+    fn check<B: HashTables>(b: &B, order: BuildOrder) {
+        // 3 keys of 1000 rows each, K::MAX (the sentinel's own slot) among them.
+        let build: Vec<u32> = (0..3000u32)
+            .map(|i| [5, u32::MAX, 9][i as usize % 3])
+            .collect();
+        let probe: Vec<u32> = vec![9, 4, u32::MAX, 5, 5, 0];
+        let config = TableConfig::key_value()
+            .keep_first_duplicate()
+            .build_order(order);
+        let keys = b.upload(&build).unwrap();
+        let table = b.build_table(&keys, &config).unwrap();
+        let probe_buf = b.upload(&probe).unwrap();
+        let contains = b
+            .download(&b.contains(&table, &probe_buf).unwrap())
+            .unwrap();
+        assert_eq!(contains, [1, 0, 1, 1, 1, 0], "{order:?}");
+        let found = b.download(&b.find(&table, &probe_buf).unwrap()).unwrap();
+        for (f, p) in found.iter().zip(&probe) {
+            if build.contains(p) {
+                assert_eq!(build[*f as usize], *p);
+            } else {
+                assert_eq!(*f, NOT_FOUND);
+            }
+        }
+        let counts = b.probe_count(&table, &probe_buf).unwrap();
+        assert_eq!(b.download(counts.counts()).unwrap(), [1, 0, 1, 1, 1, 0]);
+        // Without the flag the same keys are refused.
+        assert!(matches!(
+            b.build_table(&keys, &TableConfig::key_value().build_order(order)),
+            Err(Error::DuplicateKey { side: "build" })
+        ));
+    }
+    check(&CpuBackend::new(), BuildOrder::Input);
+    if let Some(g) = gpu("key_value_tables_keep_the_first_duplicate") {
+        check(&g, BuildOrder::Input);
+        check(&g, BuildOrder::Clustered);
+    }
+}
+
 /// Clustered builds over several tiles (the last one partial) and a table found full by the
 /// kernel across several blocks, in both orders, for every open-addressing configuration.
 #[test]

@@ -6,11 +6,12 @@ use joinkit_hashtable::{HashTable, HashTables, Matches, TableConfig, TableKind};
 use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, Interleave, MergePath, Sort};
 
-use crate::choose::{ChoiceParams, JoinInputStats, choose, sample_stats};
+use crate::choose::{ChoiceParams, ChoiceReason, JoinInputStats, choose, sample_stats};
 use crate::chunk::Budget;
 use crate::copart::{CoPartitionJoin, PairColumns};
 use crate::flags::MatchFlags;
 use crate::phj::{Layout, PartitionedSide, partitioned_match};
+use crate::sample::SampleRuns;
 use crate::{Algorithm, JoinKind, JoinOptions, JoinStats, NULL_ROW};
 
 /// Everything a backend needs to run every join algorithm.
@@ -25,6 +26,7 @@ pub trait JoinBackend:
     + RadixPartition
     + BucketChainPartition
     + CoPartitionJoin
+    + SampleRuns
 {
 }
 impl<
@@ -37,7 +39,8 @@ impl<
         + MatchFlags
         + RadixPartition
         + BucketChainPartition
-        + CoPartitionJoin,
+        + CoPartitionJoin
+        + SampleRuns,
 > JoinBackend for B
 {
 }
@@ -191,10 +194,31 @@ pub fn check_rows(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// The algorithm a join runs and, for [`Algorithm::Auto`], how it was chosen.
+pub(crate) struct Resolved {
+    /// The algorithm to run.
+    pub(crate) algorithm: Algorithm,
+    /// The sampled statistics, where the choice took a sample.
+    pub(crate) sampled: Option<JoinInputStats>,
+    /// Why Auto chose it.
+    pub(crate) reason: Option<ChoiceReason>,
+}
+
+impl Resolved {
+    /// `st` with how Auto chose.
+    fn stats(self, st: JoinStats) -> JoinStats {
+        JoinStats {
+            sampled: self.sampled,
+            reason: self.reason,
+            ..st
+        }
+    }
+}
+
 /// The algorithm to run: the requested one, or for [`Algorithm::Auto`] the decision tree's
-/// choice ([`choose`]): NPHJ-open when the build side's global table stays in cache (16 bytes a
-/// row at load 0.5), else a choice from sampled statistics, timed as the `plan` phase and
-/// returned with them.
+/// choice ([`choose`]): NPHJ-open when right keys promised unique fit a cached table (16 bytes
+/// a row at load 0.5), NPHJ-chained for a semi or anti join on a small right side not
+/// promised unique, else a choice from sampled statistics, timed as the `plan` phase.
 fn resolve<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -202,18 +226,41 @@ fn resolve<B: JoinBackend, K: Key>(
     left: &B::Buf<K>,
     right: &B::Buf<K>,
     payload_bytes: (usize, usize),
-) -> Result<(Algorithm, Option<JoinInputStats>)> {
+) -> Result<Resolved> {
     if opts.algorithm != Algorithm::Auto {
-        return Ok((opts.algorithm, None));
+        return Ok(Resolved {
+            algorithm: opts.algorithm,
+            sampled: None,
+            reason: None,
+        });
     }
     let params = ChoiceParams::for_backend(b);
-    if params.table_is_cached(right.len()) {
-        return Ok((Algorithm::NphjOpen, None));
+    // Choices no sample would change (a plan costs 30-50 us on an H200, a third of such a
+    // join): unique keys in a cached table, and a semi or anti join on a small right side.
+    let unsampled = if opts.right_unique {
+        params
+            .table_is_cached(right.len())
+            .then_some((Algorithm::NphjOpen, ChoiceReason::CachedTable))
+    } else {
+        (!opts.kind.has_right_rows() && params.chained_takes_semi_join(right.len()))
+            .then_some((Algorithm::NphjChained, ChoiceReason::SmallRightSide))
+    };
+    if let Some((algorithm, reason)) = unsampled {
+        return Ok(Resolved {
+            algorithm,
+            sampled: None,
+            reason: Some(reason),
+        });
     }
     let sampled = ph.run("plan", || {
-        sample_stats(b, left, right, payload_bytes.0, payload_bytes.1, &params)
+        sample_stats(b, left, right, payload_bytes, opts, &params)
     })?;
-    Ok((choose(&sampled, &params), Some(sampled)))
+    let (algorithm, reason) = choose(&sampled, opts.kind, &params);
+    Ok(Resolved {
+        algorithm,
+        sampled: Some(sampled),
+        reason: Some(reason),
+    })
 }
 
 /// Bytes per row of a table's payload columns.
@@ -222,8 +269,8 @@ pub(crate) fn row_bytes<B: Backend>(cols: &[Column<B>]) -> usize {
 }
 
 /// The hash table on the right keys: chained, or open addressing with (key, row) slots when
-/// the keys are promised unique and (hash, row) slots otherwise; a broken promise is
-/// [`Error::DuplicateKey`] on the right side.
+/// the keys are promised unique or the join needs one row a key (semi, anti), and (hash, row)
+/// slots otherwise; a broken promise is [`Error::DuplicateKey`] on the right side.
 pub(crate) fn build_right_table<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -231,10 +278,13 @@ pub(crate) fn build_right_table<'k, B: JoinBackend, K: Key>(
     opts: &JoinOptions,
     chained: bool,
 ) -> Result<HashTable<'k, B, K>> {
-    let config = match (chained, opts.right_unique) {
-        (true, _) => TableConfig::chained(),
-        (false, true) => TableConfig::key_value(),
-        (false, false) => TableConfig::hash_row(),
+    let config = match (chained, opts.right_unique, opts.kind.has_right_rows()) {
+        (true, ..) => TableConfig::chained(),
+        (false, true, _) => TableConfig::key_value(),
+        // Semi and anti joins ask only whether a key is there: one slot a distinct key, so a
+        // probe never walks a run of equal keys (H200, 2^18 rows of 1024 a key: 5.8 ms).
+        (false, false, false) => TableConfig::key_value().keep_first_duplicate(),
+        (false, false, true) => TableConfig::hash_row(),
     };
     let table = ph
         .run("transform", || b.build_table(right, &config))
@@ -456,6 +506,7 @@ pub(crate) fn stats<B: Backend>(
         phases: ph.phases.clone(),
         peak_memory_bytes: b.memory().map(|m| m.peak_bytes),
         sampled: None,
+        reason: None,
         narrowed_keys: ph.narrowed_keys,
     }
 }
@@ -495,12 +546,12 @@ pub fn join_rows<B: JoinBackend, K: Key>(
     check_rows(left.len())?;
     check_rows(right.len())?;
     let mut ph = Phases::new(b);
-    let (algorithm, sampled) = resolve(b, &mut ph, opts, left, right, (0, 0))?;
+    let plan = resolve(b, &mut ph, opts, left, right, (0, 0))?;
     let budget = Budget::rows(opts);
     let m = run_match(
         b,
         &mut ph,
-        algorithm,
+        plan.algorithm,
         left,
         right,
         opts,
@@ -541,9 +592,8 @@ pub fn join_rows<B: JoinBackend, K: Key>(
         })
     })?;
     let n = rows.left.len() as u64;
-    let mut st = stats(b, algorithm, opts, left.len(), right.len(), n, &ph);
-    st.sampled = sampled;
-    Ok((rows, st))
+    let st = stats(b, plan.algorithm, opts, left.len(), right.len(), n, &ph);
+    Ok((rows, plan.stats(st)))
 }
 
 /// Gathers every column of `cols` by `map` (the map's ids are valid by construction).
@@ -593,7 +643,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     } else {
         0
     };
-    let (algorithm, sampled) = resolve(
+    let plan = resolve(
         b,
         &mut ph,
         opts,
@@ -602,7 +652,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         (row_bytes(&left.payloads), right_payload_bytes),
     )?;
     let layout = match (
-        algorithm,
+        plan.algorithm,
         opts.kind,
         &left.payloads[..],
         &right.payloads[..],
@@ -626,7 +676,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     let mut m = run_match(
         b,
         &mut ph,
-        algorithm,
+        plan.algorithm,
         &left.keys,
         &right.keys,
         opts,
@@ -642,19 +692,18 @@ pub fn join_columns<B: JoinBackend, K: Key>(
             rows,
         }
     } else {
-        materialize(b, &mut ph, algorithm, opts, left, right, &m)?
+        materialize(b, &mut ph, plan.algorithm, opts, left, right, &m)?
     };
-    let mut st = stats(
+    let st = stats(
         b,
-        algorithm,
+        plan.algorithm,
         opts,
         left.len(),
         right.len(),
         result.rows,
         &ph,
     );
-    st.sampled = sampled;
-    Ok((result, st))
+    Ok((result, plan.stats(st)))
 }
 
 /// The output columns of a join whose match found ids (row ids, sorted or partitioned

@@ -51,11 +51,15 @@ mod flags;
 mod join;
 mod phj;
 pub mod reference;
+mod sample;
 mod sequence;
 mod spec;
 mod stats;
 
-pub use choose::{ChoiceParams, JoinInputStats, SAMPLE_ROWS, choose, sample_stats};
+pub use choose::{
+    ChoiceParams, ChoiceReason, JoinInputStats, MergeRule, SAMPLE_ROWS, choose, right_sample_rows,
+    sample_stats,
+};
 pub use chunk::{
     ColumnChunks, RowChunks, join_columns_chunked, join_rows_chunked, output_row_bytes,
 };
@@ -66,6 +70,7 @@ pub use copart::{
 pub use flags::MatchFlags;
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
+pub use sample::{SAMPLE_GROUP_ROWS, SampleGroup, SampleRuns, sample_row};
 pub use sequence::{
     ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,
     SequenceStep, join_sequence,

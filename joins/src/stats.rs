@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{Algorithm, JoinInputStats, JoinKind};
+use crate::{Algorithm, ChoiceReason, JoinInputStats, JoinKind};
 
 /// Timings and sizes of one join.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,8 +23,11 @@ pub struct JoinStats {
     /// Most device memory held at once during the join (bytes), where the backend counts it.
     pub peak_memory_bytes: Option<usize>,
     /// For [`Algorithm::Auto`]: the sampled statistics the choice was made from (`None` when
-    /// the algorithm was given, or the build side fit the cache and nothing was sampled).
+    /// the algorithm was given, or the choice needed no sample: a cached table of keys
+    /// promised unique, a small right side).
     pub sampled: Option<JoinInputStats>,
+    /// For [`Algorithm::Auto`]: why it ran [`JoinStats::algorithm`].
+    pub reason: Option<ChoiceReason>,
     /// Whether 8-byte keys were joined as their low 32 bits ([`crate::JoinOptions::narrow_keys`]).
     pub narrowed_keys: bool,
 }
@@ -66,6 +69,9 @@ impl fmt::Display for JoinStats {
             write!(f, "{}{name} {ms:.3}", if i > 0 { ", " } else { "" })?;
         }
         write!(f, ")")?;
+        if let Some(reason) = self.reason {
+            write!(f, ", auto: {reason}")?;
+        }
         if let Some(peak) = self.peak_memory_bytes {
             write!(f, ", peak {:.1} MiB", peak as f64 / (1 << 20) as f64)?;
         }

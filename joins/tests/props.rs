@@ -1,6 +1,7 @@
 //! Every algorithm × kind, on both backends, equals the naive reference as a multiset: random
 //! sizes including empty sides, duplicates on both sides, no matches, all rows on one key,
-//! extreme key values; with the right side deduplicated, the same under `right_unique`.
+//! extreme key values; with the right side deduplicated, the same under `right_unique`; M:N
+//! shapes of 1 … 1024 rows a key on either side. Auto's key samples equal their CPU twin.
 //! Materialized payloads are checked against the reference's pairs.
 
 mod common;
@@ -12,8 +13,8 @@ use common::{
 };
 use joinkit::reference::join_pairs;
 use joinkit::{
-    Algorithm, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, Table, join_columns,
-    join_rows,
+    Algorithm, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, SAMPLE_GROUP_ROWS,
+    SampleRuns, Table, join_columns, join_rows,
 };
 use joinkit_cuda::Key;
 use proptest::prelude::*;
@@ -61,7 +62,14 @@ fn each_case<K: Key>(
     Ok(())
 }
 
-fn check_rows<K: Key + Arbitrary>(test: &str) {
+/// Every algorithm (and Auto) and kind on `cases` pairs of key columns from `inputs`, the
+/// right side as drawn and deduplicated ([`each_case`]), on both backends, against the
+/// reference.
+fn check_every_algorithm<K: Key>(
+    test: &str,
+    cases: u32,
+    inputs: impl Strategy<Value = (Vec<K>, Vec<K>)>,
+) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
     #[cfg(not(feature = "cuda"))]
@@ -70,8 +78,8 @@ fn check_rows<K: Key + Arbitrary>(test: &str) {
         .into_iter()
         .chain([Algorithm::Auto])
         .collect();
-    runner()
-        .run(&(keys::<K>(), keys::<K>()), |(l, r)| {
+    common::runner(cases)
+        .run(&inputs, |(l, r)| {
             each_case(&r, &algorithms, |r, kind, opts| {
                 let want = join_pairs(&l, r, kind);
                 let got = pairs_of(&CpuBackend::new(), &l, r, &opts).unwrap();
@@ -87,6 +95,10 @@ fn check_rows<K: Key + Arbitrary>(test: &str) {
         .unwrap();
 }
 
+fn check_rows<K: Key + Arbitrary>(test: &str) {
+    check_every_algorithm(test, 32, (keys::<K>(), keys::<K>()));
+}
+
 #[test]
 fn every_algorithm_and_kind_u32() {
     check_rows::<u32>("every_algorithm_and_kind_u32");
@@ -95,6 +107,165 @@ fn every_algorithm_and_kind_u32() {
 #[test]
 fn every_algorithm_and_kind_u64() {
     check_rows::<u64>("every_algorithm_and_kind_u64");
+}
+
+/// M:N shapes: a few keys with 1 … 1024 rows each on either side (at most 2^16 pairs), and
+/// left rows that match nothing, in a shuffled order.
+fn m_to_n<K: Key>() -> impl Strategy<Value = (Vec<K>, Vec<K>)> {
+    let per_key = || proptest::sample::select(vec![1usize, 4, 16, 64, 256, 1024]);
+    (per_key(), per_key(), 1usize..5, 0usize..50, any::<u64>()).prop_filter_map(
+        "at most 2^16 pairs",
+        |(left_per_key, right_per_key, keys, misses, seed)| {
+            if keys * left_per_key * right_per_key > 1 << 16 {
+                return None;
+            }
+            // Keys spread over the type's range (the top bits of a multiplicative hash).
+            let key = |k: u64| K::from_u64(k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - K::BITS));
+            let side = |per_key: usize, extra: &mut dyn Iterator<Item = K>| {
+                let mut v: Vec<K> = (1..=keys as u64)
+                    .flat_map(|k| std::iter::repeat_n(key(k), per_key))
+                    .chain(extra)
+                    .collect();
+                v.sort_by_key(|k| joinkit_cuda::hash::hash64(k.to_u64(), seed));
+                v
+            };
+            let left = side(left_per_key, &mut (0..misses as u64).map(|i| key(1000 + i)));
+            let right = side(right_per_key, &mut std::iter::empty());
+            Some((left, right))
+        },
+    )
+}
+
+/// Every algorithm and kind on M:N shapes, both backends, as the reference: the runs of equal
+/// keys that make hash joins walk and Auto choose otherwise.
+fn check_m_to_n<K: Key>(test: &str) {
+    check_every_algorithm(test, 24, m_to_n::<K>());
+}
+
+#[test]
+fn m_to_n_joins_match_the_reference_u32() {
+    check_m_to_n::<u32>("m_to_n_joins_match_the_reference_u32");
+}
+
+#[test]
+fn m_to_n_joins_match_the_reference_u64() {
+    check_m_to_n::<u64>("m_to_n_joins_match_the_reference_u64");
+}
+
+/// Auto's reported plan on M:N inputs: the right side's sample sees its rows per key (exact
+/// where every row is sampled), and the choice follows the kind and the rows per key. The
+/// output is the reference's either way.
+#[test]
+fn auto_reports_how_it_chose_on_m_to_n_inputs() {
+    use joinkit::ChoiceReason as Why;
+    type Plan = (Algorithm, Option<Why>, Option<f64>);
+    /// `right_rows` rows of `per_key` rows a key, and `left_rows` rows over the same keys.
+    fn run<B: JoinBackend>(
+        b: &B,
+        (right_rows, per_key, left_rows): (u32, u32, u32),
+        kind: JoinKind,
+    ) -> Plan {
+        let keys = right_rows / per_key;
+        let right: Vec<u32> = (0..right_rows).map(|i| i % keys).collect();
+        let left: Vec<u32> = (0..left_rows).map(|i| i % keys).collect();
+        let (dl, dr) = (b.upload(&left).unwrap(), b.upload(&right).unwrap());
+        let (rows, st) = join_rows(b, &dl, &dr, &JoinOptions::new(kind)).unwrap();
+        let mut got = pairs_from(b, &rows);
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            join_pairs(&left, &right, kind),
+            "{kind:?} {per_key} a key"
+        );
+        (
+            st.algorithm,
+            st.reason,
+            st.sampled.and_then(|s| s.right_rows_per_key),
+        )
+    }
+    let cpu = CpuBackend::new();
+    // 2^14 rows, 16 a key: no key skewed, the sample's rows per key near 16.
+    let (a, why, m) = run(&cpu, (1 << 14, 16, 2048), JoinKind::Inner);
+    assert_eq!((a, why), (Algorithm::PhjOm, Some(Why::Partitioned)));
+    assert!(m.is_some_and(|m| (10.0..24.0).contains(&m)), "{m:?}");
+    let (a, why, _) = run(&cpu, (1 << 14, 16, 2048), JoinKind::LeftSemi);
+    assert_eq!(
+        (a, why),
+        (Algorithm::NphjChained, Some(Why::FewDistinctKeys))
+    );
+    // 1024 rows: every one sampled, so the rows per key are exact; 4 keys on both sides: skewed.
+    let (a, why, m) = run(&cpu, (1024, 256, 64), JoinKind::Inner);
+    assert_eq!(
+        (a, why, m),
+        (Algorithm::SmjOm, Some(Why::SkewedSides), Some(256.0))
+    );
+    assert_eq!(run(&cpu, (4096, 1, 64), JoinKind::LeftOuter).2, Some(1.0));
+    #[cfg(feature = "cuda")]
+    if let Some(g) = gpu("auto_reports_how_it_chose_on_m_to_n_inputs") {
+        // A small right side: NPHJ-chained below 12 sqrt(2^18 / 1024) = 192 rows a key,
+        // SMJ-OM from there; semi and anti joins NPHJ-chained. Every row sampled: exact.
+        assert_eq!(
+            run(&g, (1024, 256, 64), JoinKind::Inner),
+            (Algorithm::SmjOm, Some(Why::ManyRowsPerKey), Some(256.0))
+        );
+        assert_eq!(
+            run(&g, (1024, 8, 64), JoinKind::LeftOuter),
+            (Algorithm::NphjChained, Some(Why::SmallRightSide), Some(8.0))
+        );
+        assert_eq!(
+            run(&g, (4096, 1024, 64), JoinKind::LeftAnti),
+            (
+                Algorithm::NphjChained,
+                Some(Why::SmallRightSide),
+                Some(1024.0)
+            )
+        );
+    }
+}
+
+/// The key-sample kernel's groups equal its CPU twin's on every shape, extreme keys (the
+/// kernel pads with `K::MAX`) and sample counts from 1 to several groups included.
+fn check_key_samples<K: Key + Arbitrary>(test: &str) {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu(test);
+    #[cfg(not(feature = "cuda"))]
+    let _ = test;
+    let keys = prop_oneof![
+        keys::<K>(),
+        (1u64..100, 1usize..20_000)
+            .prop_map(|(d, n)| (0..n as u64).map(|i| K::from_u64(i % d)).collect()),
+    ];
+    common::runner(32)
+        .run(&(keys, 0usize..20_000), |(keys, samples)| {
+            let cpu = CpuBackend::new();
+            let want = cpu.sample_runs(&keys, samples).unwrap();
+            let sampled = samples.min(keys.len()) as u64;
+            prop_assert_eq!(want.iter().map(|g| g.rows).sum::<u64>(), sampled);
+            prop_assert!(want.iter().all(|g| g.rows <= SAMPLE_GROUP_ROWS as u64));
+            prop_assert!(
+                want.iter()
+                    .all(|g| g.top <= g.rows && g.pairs <= g.rows * g.rows)
+            );
+            #[cfg(feature = "cuda")]
+            if let Some(g) = &gpu {
+                let got = g
+                    .sample_runs(&joinkit::Backend::upload(g, &keys).unwrap(), samples)
+                    .unwrap();
+                prop_assert_eq!(got, want);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn key_samples_match_the_cpu_twin_u32() {
+    check_key_samples::<u32>("key_samples_match_the_cpu_twin_u32");
+}
+
+#[test]
+fn key_samples_match_the_cpu_twin_u64() {
+    check_key_samples::<u64>("key_samples_match_the_cpu_twin_u64");
 }
 
 /// Output rows as (left payload bits..., right payload bits..., valid), sorted.

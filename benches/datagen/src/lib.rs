@@ -4,6 +4,8 @@
 //! same seed gives the same columns whatever the thread count), in parallel:
 //!
 //! - [`unique_keys`]: the keys `0..n` in a pseudo-random order (a primary-key column);
+//! - [`repeated_keys`]: `d` keys each on `n / d` rows in a pseudo-random order (a build side of
+//!   an M:N join);
 //! - [`foreign_keys`]: a probe column whose keys hit the build side with a given match ratio;
 //! - [`zipf_foreign_keys`]: a probe column skewed by a Zipf law over the build keys;
 //! - [`payload`]: a payload column derived from a key column (so join outputs can be checked);
@@ -108,15 +110,33 @@ fn generate<T: Element>(
     Ok(out)
 }
 
-/// The keys `0..n` in a pseudo-random order chosen by `seed` (a primary-key column).
+/// The keys `0..n` in a pseudo-random order chosen by `seed` (a primary-key column):
+/// [`repeated_keys`] with as many keys as rows.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] if `n - 1` does not fit `K`; [`Error::SizeOverflow`] when the
 /// host cannot allocate the column.
 pub fn unique_keys<K: Key>(n: usize, seed: u64) -> Result<Vec<K>> {
-    if n > 0 && (n as u64 - 1) > K::MAX.to_u64() {
+    repeated_keys(n, n, seed)
+}
+
+/// `n` rows over the keys `0..distinct`, each key on `n / distinct` rows (rounded down or up),
+/// in a pseudo-random order chosen by `seed`: the build side of an M:N join whose every key
+/// repeats the same number of times. Row `i` holds `permute(i) mod distinct`, so with
+/// `distinct == n` this is [`unique_keys`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if `distinct - 1` does not fit `K`, or `distinct` is 0 while
+/// `n` is not; [`Error::SizeOverflow`] when the host cannot allocate the column.
+pub fn repeated_keys<K: Key>(distinct: usize, n: usize, seed: u64) -> Result<Vec<K>> {
+    if distinct == 0 && n > 0 {
         return Err(Error::InvalidArgument(format!(
-            "{n} unique keys do not fit {}-bit keys",
+            "{n} rows need at least one distinct key"
+        )));
+    }
+    if distinct > 0 && (distinct as u64 - 1) > K::MAX.to_u64() {
+        return Err(Error::InvalidArgument(format!(
+            "{distinct} distinct keys do not fit {}-bit keys",
             K::BITS
         )));
     }
@@ -124,7 +144,7 @@ pub fn unique_keys<K: Key>(n: usize, seed: u64) -> Result<Vec<K>> {
     let mut keys = zeroed(n)?;
     keys.par_iter_mut()
         .enumerate()
-        .for_each(|(i, k)| *k = K::from_u64(p.permute(i as u64)));
+        .for_each(|(i, k)| *k = K::from_u64(p.permute(i as u64) % distinct as u64));
     Ok(keys)
 }
 
@@ -249,6 +269,27 @@ mod tests {
                 < 100
         );
         assert!(unique_keys::<u32>(0, 1).unwrap().is_empty());
+    }
+
+    #[test]
+    fn repeated_keys_repeat_evenly() {
+        let k: Vec<u32> = repeated_keys(1000, 64_001, 5).unwrap();
+        let mut counts = vec![0u32; 1000];
+        k.iter().for_each(|&x| counts[x as usize] += 1);
+        assert_eq!(counts.iter().filter(|&&c| c == 65).count(), 1);
+        assert!(counts.iter().all(|&c| c == 64 || c == 65));
+        // Shuffled: not the same key on neighbouring rows.
+        assert!(k.windows(2).filter(|w| w[0] == w[1]).count() < 200);
+        assert_eq!(k, repeated_keys::<u32>(1000, 64_001, 5).unwrap());
+        assert_eq!(
+            repeated_keys::<u64>(500, 500, 3).unwrap(),
+            unique_keys::<u64>(500, 3).unwrap()
+        );
+        assert!(repeated_keys::<u32>(0, 0, 1).unwrap().is_empty());
+        assert!(matches!(
+            repeated_keys::<u32>(0, 5, 1),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
