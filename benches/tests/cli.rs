@@ -442,6 +442,61 @@ fn bad_inputs_are_one_line_errors() {
     );
 }
 
+/// M:N workloads: R's keys repeated (`--r-multiplicity`) or Zipf-drawn (`--r-zipf`), every
+/// algorithm agreeing on the output rows, Auto's rows saying why it chose (and, where it
+/// sampled, the right side's rows per key); a multiplicity of 0 refused.
+#[test]
+fn m_to_n_workloads_report_auto_s_choice() {
+    let d = dir("m_to_n");
+    let run = |name: &str, more: &[&str]| {
+        let mut args = vec![
+            "join",
+            "--device",
+            "cpu",
+            "--repeat",
+            "1",
+            "--r",
+            "2^12",
+            "--s",
+            "2^12",
+            "--name",
+            name,
+            "--algorithm",
+            "auto,SMJ-OM,PHJ-OM,NPHJ-chained",
+        ];
+        args.extend_from_slice(more);
+        let o = jb(&d, &args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        json_rows(&d, name)
+    };
+    let rows = run("mult", &["--r-multiplicity", "16"]);
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter().all(|r| r["out rows"] == rows[0]["out rows"]),
+        "{rows:?}"
+    );
+    // Each of 256 keys on 16 rows of R, S's 4096 rows drawn from them: 16 pairs a row.
+    assert_eq!(rows[0]["out rows"], 4096 * 16);
+    let auto = &rows[0];
+    assert_eq!(auto["requested"], "auto");
+    assert!(auto["auto reason"].is_string(), "{auto}");
+    // 1024 of R's 4096 rows sampled: near 16.
+    let per_key = auto["sampled right rows/key"].as_f64().unwrap();
+    assert!((8.0..32.0).contains(&per_key), "{auto}");
+    let zipf = run("zipf", &["--r-zipf", "1.0", "--kind", "left-semi"]);
+    assert!(
+        zipf.iter().all(|r| r["out rows"] == zipf[0]["out rows"]),
+        "{zipf:?}"
+    );
+    let o = jb(&d, &["join", "--r-multiplicity", "0"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("rows per key start at 1"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 #[test]
 fn a_sweep_writes_a_table_json_lines_and_plots() {
     let d = dir("sweep");
