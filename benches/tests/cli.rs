@@ -82,7 +82,18 @@ fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
 }
 
 fn write_parquet(path: &Path, b: &RecordBatch) {
-    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), b.schema(), None).unwrap();
+    write_parquet_groups(path, b, None);
+}
+
+/// Writes a Parquet file in row groups of at most `group_rows` rows (the writer's default
+/// without).
+fn write_parquet_groups(path: &Path, b: &RecordBatch, group_rows: Option<usize>) {
+    let props = group_rows.map(|n| {
+        parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(n))
+            .build()
+    });
+    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), b.schema(), props).unwrap();
     w.write(b).unwrap();
     w.close().unwrap();
 }
@@ -248,12 +259,13 @@ fn join(d: &Path, (left, right, on): (&Path, &Path, &str), more: &[&str]) -> Out
 }
 
 /// Joins the inputs through the binary and compares with the library as multisets.
-/// With `ipc`, the left input and the output are Arrow IPC files; `device` runs the join.
+/// With `ipc`, the left input and the output are Arrow IPC files; `device` runs the join;
+/// `group_rows` writes the Parquet inputs in row groups of that many rows.
 fn round_trip<K: Key>(
     name: &str,
     key: fn(&[u64]) -> ArrayRef,
     kind: (&str, JoinKind),
-    ipc: bool,
+    (ipc, group_rows): (bool, Option<usize>),
     device: &str,
 ) {
     let d = dir(name);
@@ -274,9 +286,9 @@ fn round_trip<K: Key>(
     if ipc {
         write_ipc(&lp, &left);
     } else {
-        write_parquet(&lp, &left);
+        write_parquet_groups(&lp, &left, group_rows);
     }
-    write_parquet(&rp, &right);
+    write_parquet_groups(&rp, &right, group_rows);
     let o = join(
         &d,
         (&lp, &rp, "k=k"),
@@ -310,22 +322,30 @@ const ANTI: (&str, JoinKind) = ("left-anti", JoinKind::LeftAnti);
 
 #[test]
 fn parquet_join_u32_keys_inner_and_left_outer() {
-    round_trip::<u32>("u32_inner", u32_keys, INNER, false, "cpu");
-    round_trip::<u32>("u32_outer", u32_keys, OUTER, false, "cpu");
+    round_trip::<u32>("u32_inner", u32_keys, INNER, (false, None), "cpu");
+    round_trip::<u32>("u32_outer", u32_keys, OUTER, (false, None), "cpu");
 }
 
 #[test]
 fn parquet_join_u64_keys_inner_and_left_outer() {
-    round_trip::<u64>("u64_inner", u64_keys, INNER, false, "cpu");
-    round_trip::<u64>("u64_outer", u64_keys, OUTER, false, "cpu");
+    round_trip::<u64>("u64_inner", u64_keys, INNER, (false, None), "cpu");
+    round_trip::<u64>("u64_outer", u64_keys, OUTER, (false, None), "cpu");
+}
+
+/// Row groups are decoded in parallel, each into its own rows: many small ones (29 and 10)
+/// land in order.
+#[test]
+fn parquet_files_of_many_row_groups() {
+    round_trip::<u32>("groups_inner", u32_keys, INNER, (false, Some(7)), "cpu");
+    round_trip::<u64>("groups_outer", i64_keys, OUTER, (false, Some(10)), "cpu");
 }
 
 #[test]
 fn signed_keys_are_bit_cast_and_arrow_ipc_is_read_and_written() {
-    round_trip::<u64>("i64_outer", i64_keys, OUTER, false, "cpu");
-    round_trip::<u64>("i64_outer_ipc", i64_keys, OUTER, true, "cpu");
-    round_trip::<u32>("i32_semi_ipc", i32_keys, SEMI, true, "cpu");
-    round_trip::<u32>("i32_anti", i32_keys, ANTI, false, "cpu");
+    round_trip::<u64>("i64_outer", i64_keys, OUTER, (false, None), "cpu");
+    round_trip::<u64>("i64_outer_ipc", i64_keys, OUTER, (true, None), "cpu");
+    round_trip::<u32>("i32_semi_ipc", i32_keys, SEMI, (true, None), "cpu");
+    round_trip::<u32>("i32_anti", i32_keys, ANTI, (false, None), "cpu");
 }
 
 /// The joins of files on GPU 0, where there is one (the binary's CUDA path, the same answer).
@@ -336,11 +356,11 @@ fn file_joins_on_the_gpu() {
         return;
     }
     let gpu = "cuda:0";
-    round_trip::<u32>("gpu_u32_inner", u32_keys, INNER, false, gpu);
-    round_trip::<u32>("gpu_u32_outer", u32_keys, OUTER, false, gpu);
-    round_trip::<u64>("gpu_u64_outer_ipc", u64_keys, OUTER, true, gpu);
-    round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, false, gpu);
-    round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, false, gpu);
+    round_trip::<u32>("gpu_u32_inner", u32_keys, INNER, (false, None), gpu);
+    round_trip::<u32>("gpu_u32_outer", u32_keys, OUTER, (false, None), gpu);
+    round_trip::<u64>("gpu_u64_outer_ipc", u64_keys, OUTER, (true, None), gpu);
+    round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, (false, None), gpu);
+    round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, (false, None), gpu);
 }
 
 /// The rows a run wrote to `<d>/<stem>.jsonl`.
