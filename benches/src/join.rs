@@ -28,6 +28,7 @@ use joinkit_cuda::{
     with_backend,
 };
 use joinkit_datagen as datagen;
+use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
 use crate::files::{self, HostTable};
@@ -271,7 +272,7 @@ fn join_files(
     ctx: &mut Ctx,
 ) -> Result<()> {
     let (lk, rk) = on.split_once('=').unwrap_or((on, on));
-    let (left, right) = (files::read(left)?, files::read(right)?);
+    let (mut left, mut right) = (files::read(left)?, files::read(right)?);
     let (li, ri) = (left.find(lk.trim())?, right.find(rk.trim())?);
     let (lt, rt) = (left.fields[li].data_type(), right.fields[ri].data_type());
     if lt != rt {
@@ -281,10 +282,12 @@ fn join_files(
             right.path.display()
         )));
     }
+    // The join takes the tables' columns.
+    let (left_rows, right_rows) = (left.rows(), right.rows());
     let (fields, columns, st) = if left.columns[li].width() == 4 {
-        with_backend!(device, b => join_tables::<_, u32>(b, (&left, li), (&right, ri), opts, ctx))?
+        with_backend!(device, b => join_tables::<_, u32>(b, (&mut left, li), (&mut right, ri), opts, ctx))?
     } else {
-        with_backend!(device, b => join_tables::<_, u64>(b, (&left, li), (&right, ri), opts, ctx))?
+        with_backend!(device, b => join_tables::<_, u64>(b, (&mut left, li), (&mut right, ri), opts, ctx))?
     };
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let mut note = format!("{} rows, columns {}", st.output_rows, names.join(", "));
@@ -295,8 +298,8 @@ fn join_files(
     ctx.report.note(note);
     ctx.report.row(with_stats(
         Row::new("join")
-            .with("left rows", left.rows())
-            .with("right rows", right.rows()),
+            .with("left rows", left_rows)
+            .with("right rows", right_rows),
         opts.algorithm,
         &st,
     ));
@@ -306,29 +309,30 @@ fn join_files(
 /// The output columns of a join of files: names, types, values.
 type Output = (Vec<Field>, Vec<arrow_array::ArrayRef>, JoinStats);
 
-/// Uploads both files' columns (every column a payload, the key also as `K`), joins them and
-/// downloads the output.
+/// Moves both files' columns into the backend (every column a payload, the key also as `K`),
+/// joins them and takes the output back.
 fn join_tables<B: JoinBackend, K: Key>(
     b: &B,
-    (left, li): (&HostTable, usize),
-    (right, ri): (&HostTable, usize),
+    (left, li): (&mut HostTable, usize),
+    (right, ri): (&mut HostTable, usize),
     opts: &JoinOptions,
     ctx: &mut Ctx,
 ) -> joinkit_cuda::Result<Output> {
-    let table = |t: &HostTable, key: usize| -> joinkit_cuda::Result<Table<B, K>> {
-        let keys: Vec<K> = each_column!(&t.columns[key], c => c.iter().map(|x| K::from_u64(x.to_bits())).collect());
-        let payloads = t
-            .columns
-            .iter()
-            .map(|c| Ok(map_column!(c, c, T => b.upload::<T>(c)?)))
+    // The file's columns move into the backend's buffers (the CPU's keep them as they are);
+    // the key, also a payload, is converted once, in parallel.
+    let table = |t: &mut HostTable, key: usize| -> joinkit_cuda::Result<Table<B, K>> {
+        let keys: Vec<K> = each_column!(&t.columns[key], c => c.par_iter().map(|x| K::from_u64(x.to_bits())).collect());
+        let payloads = std::mem::take(&mut t.columns)
+            .into_iter()
+            .map(|c| Ok(map_column!(c, c, T => b.upload_owned::<T>(c)?)))
             .collect::<joinkit_cuda::Result<Vec<_>>>()?;
-        Table::new(b.upload(&keys)?, payloads)
+        Table::new(b.upload_owned(keys)?, payloads)
     };
     let (l, r) = (table(left, li)?, table(right, ri)?);
     let (m, st) = median_run(|| join_columns(b, &l, &r, opts), ctx.runs_or(0, 1))?;
     drop((l, r));
-    let down = |c: &Column<B>| -> joinkit_cuda::Result<Column<CpuBackend>> {
-        Ok(map_column!(c, c, T => b.download::<T>(c)?))
+    let down = |c: Column<B>| -> joinkit_cuda::Result<Column<CpuBackend>> {
+        Ok(map_column!(c, c, T => b.download_owned::<T>(c)?))
     };
     let nulls = match &m.right_valid {
         Some(v) => Some(NullBuffer::from(
@@ -341,11 +345,11 @@ fn join_tables<B: JoinBackend, K: Key>(
     };
     let mut fields: Vec<Field> = Vec::new();
     let mut columns = Vec::new();
-    for (f, c) in left.fields.iter().zip(&m.left) {
+    for (f, c) in left.fields.iter().zip(m.left) {
         fields.push(f.as_ref().clone());
         columns.push(files::to_arrow(down(c)?, None));
     }
-    for (f, c) in right.fields.iter().zip(&m.right) {
+    for (f, c) in right.fields.iter().zip(m.right) {
         let mut name = f.name().clone();
         while fields.iter().any(|g| *g.name() == name) {
             name.push_str("_right");

@@ -65,6 +65,25 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// As [`Backend::alloc`], plus driver errors during the copy.
     fn upload<T: Element>(&self, host: &[T]) -> Result<Self::Buf<T>>;
 
+    /// A buffer holding `host`'s values, taking the vector: the CPU backend keeps it as it is
+    /// (no copy, no second first touch of its pages); a device copies it like
+    /// [`Backend::upload`].
+    ///
+    /// # Errors
+    /// As [`Backend::upload`].
+    fn upload_owned<T: Element>(&self, host: Vec<T>) -> Result<Self::Buf<T>> {
+        self.upload(&host)
+    }
+
+    /// `buf`'s values on the host, taking the buffer: the CPU backend hands its vector over
+    /// (no copy); a device copies it like [`Backend::download`].
+    ///
+    /// # Errors
+    /// As [`Backend::download`].
+    fn download_owned<T: Element>(&self, buf: Self::Buf<T>) -> Result<Vec<T>> {
+        self.download(&buf)
+    }
+
     /// Copies a buffer back to the host (waits for pending work on it).
     ///
     /// # Errors

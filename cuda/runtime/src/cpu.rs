@@ -64,6 +64,14 @@ impl Backend for CpuBackend {
         self.upload(buf)
     }
 
+    fn upload_owned<T: Element>(&self, host: Vec<T>) -> Result<Vec<T>> {
+        Ok(host)
+    }
+
+    fn download_owned<T: Element>(&self, buf: Vec<T>) -> Result<Vec<T>> {
+        Ok(buf)
+    }
+
     fn fill<T: Element>(&self, buf: &mut Vec<T>, value: T) -> Result<()> {
         if buf.len() < PARALLEL_THRESHOLD {
             buf.fill(value);

@@ -10,6 +10,13 @@ fn contract<B: Backend>(b: &B) {
         let host: Vec<u64> = (0..n as u64).map(|i| hash::hash64(i, 7)).collect();
         let buf = b.upload(&host).unwrap();
         assert_eq!(b.download(&buf).unwrap(), host, "round trip n={n}");
+        // The owned forms carry the same values (the CPU's without a copy).
+        let owned = b.upload_owned(host.clone()).unwrap();
+        assert_eq!(
+            b.download_owned(owned).unwrap(),
+            host,
+            "owned round trip n={n}"
+        );
     }
     // fill, iota and fill_random agree with their host definitions, for every element type.
     check_generators::<B, u32>(b);
