@@ -189,10 +189,10 @@ impl ChoiceParams {
     /// GFUR's match ratio per payload byte
     /// ([`CoPartitionJoin::gfur_ratio_per_payload_byte`]), and the payload, GFUR cap and skew
     /// thresholds measured on the H200; the duplicate-key thresholds measured on the H200 and
-    /// on the 2-core CPU (a device with a cache size is a GPU here).
+    /// on the 2-core CPU.
     pub fn for_backend<B: CoPartitionJoin>(b: &B) -> Self {
         let cached = b.cached_table_bytes();
-        let gpu = cached.is_some();
+        let gpu = b.kind() != joinkit_cuda::DeviceKind::Cpu;
         Self {
             cached_table_bytes: cached.unwrap_or(0),
             wide_payload_bytes: 16,

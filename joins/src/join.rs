@@ -282,7 +282,8 @@ pub(crate) fn build_right_table<'k, B: JoinBackend, K: Key>(
         (true, ..) => TableConfig::chained(),
         (false, true, _) => TableConfig::key_value(),
         // Semi and anti joins ask only whether a key is there: one slot a distinct key, so a
-        // probe never walks a run of equal keys (H200, 2^18 rows of 1024 a key: 5.8 ms).
+        // probe never walks a run of equal keys (H200, 2^18 rows of 1024 a key, semi join:
+        // 5.92 ms with (hash, row) slots, 0.114 with these).
         (false, false, false) => TableConfig::key_value().keep_first_duplicate(),
         (false, false, true) => TableConfig::hash_row(),
     };

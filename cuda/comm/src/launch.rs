@@ -188,6 +188,17 @@ mod tests {
         assert_eq!(launch(&[("PATH", "/bin")]).unwrap(), None);
     }
 
+    /// Rank, world size, local rank, local world size and launcher.
+    fn placed(l: &Launch) -> (usize, usize, usize, usize, &'static str) {
+        (
+            l.rank,
+            l.world_size,
+            l.local_rank,
+            l.local_world_size,
+            l.launcher,
+        )
+    }
+
     #[test]
     fn torchrun_variables() {
         let l = launch(&[
@@ -200,16 +211,7 @@ mod tests {
         ])
         .unwrap()
         .unwrap();
-        assert_eq!(
-            (
-                l.rank,
-                l.world_size,
-                l.local_rank,
-                l.local_world_size,
-                l.launcher
-            ),
-            (5, 8, 1, 4, "torchrun")
-        );
+        assert_eq!(placed(&l), (5, 8, 1, 4, "torchrun"));
         assert_eq!(l.suggested_comm_id().as_deref(), Some("node0:29501"));
     }
 
@@ -223,16 +225,7 @@ mod tests {
         ])
         .unwrap()
         .unwrap();
-        assert_eq!(
-            (
-                l.rank,
-                l.world_size,
-                l.local_rank,
-                l.local_world_size,
-                l.launcher
-            ),
-            (6, 8, 2, 4, "slurm")
-        );
+        assert_eq!(placed(&l), (6, 8, 2, 4, "slurm"));
         assert_eq!(l.suggested_comm_id(), None);
     }
 
