@@ -19,6 +19,7 @@ mod sequence;
 mod smoke;
 mod sort;
 mod sweep;
+mod tpch_q4;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -123,6 +124,10 @@ enum Command {
     /// side, heavy keys; per-phase times of the slowest rank, (|R| + |S|) / time, the
     /// shuffle's GB/s against a raw all-to-all measured in the same run, imbalance.
     Distributed(distributed::DistributedArgs),
+    /// TPC-H Q4 (filter, semi join, group by) composed of joinkit's primitives, on tables
+    /// generated at a scale factor or read from Parquet: the answer, per-phase times, input
+    /// GB/s and the bytes floor.
+    TpchQ4(tpch_q4::TpchQ4Args),
 }
 
 impl Command {
@@ -138,6 +143,7 @@ impl Command {
             Command::Join(_) => "join",
             Command::Sequence(_) => "sequence",
             Command::Distributed(_) => "distributed",
+            Command::TpchQ4(_) => "tpch-q4",
         }
     }
 
@@ -152,6 +158,7 @@ impl Command {
             Command::Join(_) => Some(join::PLOT),
             Command::Sequence(_) => Some(sequence::PLOT),
             Command::Distributed(_) => Some(distributed::PLOT),
+            Command::TpchQ4(_) => Some(tpch_q4::PLOT),
         }
     }
 
@@ -166,6 +173,7 @@ impl Command {
             Command::Join(args) => join::run(device, args, ctx),
             Command::Sequence(args) => sequence::run(device, args, ctx),
             Command::Distributed(args) => distributed::run(device, args, ctx),
+            Command::TpchQ4(args) => tpch_q4::run(device, args, ctx),
         }
     }
 }

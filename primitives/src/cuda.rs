@@ -78,6 +78,16 @@ fn tiles_of(n: usize) -> u64 {
     (n as u64).div_ceil(TILE as u64)
 }
 
+/// The kernel of `names` (`[u32, u64, i32, i64]`) for an element type (sealed: these four).
+fn by_type<T: Element>(names: [&'static str; 4]) -> &'static str {
+    match T::NAME {
+        "u32" => names[0],
+        "u64" => names[1],
+        "i32" => names[2],
+        _ => names[3],
+    }
+}
+
 /// Whether every address is 16-byte aligned (the kernels' vector path).
 fn aligned(addresses: &[u64]) -> i32 {
     i32::from(addresses.iter().all(|a| a % 16 == 0))
@@ -365,6 +375,192 @@ fn launch_interleave(
     // SAFETY: both kernels touch n elements of each of lo, hi and words, which the callers
     // checked hold n; 16-byte accesses only when `aligned` saw every address aligned.
     unsafe { b.launch(cfg) }.map_err(driver("launching interleave"))?;
+    Ok(())
+}
+
+/// `flags[i] = range.start <= column[i] < range.end` ([`crate::Filter::flag_range`] on views).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `flags` and `column` differ in length; driver errors.
+pub fn flag_range<T: Element + Ord>(
+    backend: &CudaBackend,
+    column: &CudaView<'_, T>,
+    range: Range<T>,
+    flags: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("flag_range column vs flags", column.len(), flags.len())?;
+    let n = column.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let f = backend.function(
+        &KERNELS,
+        by_type::<T>([
+            "flag_range_u32",
+            "flag_range_u64",
+            "flag_range_i32",
+            "flag_range_i64",
+        ]),
+    )?;
+    let (cp, fp, n64) = (ptr(backend, column), ptr_mut(backend, flags), n as u64);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&cp)
+        .arg(&range.start)
+        .arg(&range.end)
+        .arg(&fp)
+        .arg(&n64);
+    // SAFETY: reads n elements of `column`, writes n flags; both lengths checked above.
+    unsafe { b.launch(backend.grid_stride_config(n, BLOCK)) }
+        .map_err(driver("launching flag_range"))?;
+    Ok(())
+}
+
+/// `flags[i] = left[i] < right[i]` ([`crate::Filter::flag_less`] on views).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when the three views differ in length; driver errors.
+pub fn flag_less<T: Element + Ord>(
+    backend: &CudaBackend,
+    left: &CudaView<'_, T>,
+    right: &CudaView<'_, T>,
+    flags: &mut CudaViewMut<'_, u32>,
+) -> Result<()> {
+    Error::check_len("flag_less left vs right", left.len(), right.len())?;
+    Error::check_len("flag_less left vs flags", left.len(), flags.len())?;
+    let n = left.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let f = backend.function(
+        &KERNELS,
+        by_type::<T>([
+            "flag_less_u32",
+            "flag_less_u64",
+            "flag_less_i32",
+            "flag_less_i64",
+        ]),
+    )?;
+    let (lp, rp) = (ptr(backend, left), ptr(backend, right));
+    let (fp, n64) = (ptr_mut(backend, flags), n as u64);
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&lp).arg(&rp).arg(&fp).arg(&n64);
+    // SAFETY: reads n elements of `left` and `right`, writes n flags; lengths checked above.
+    unsafe { b.launch(backend.grid_stride_config(n, BLOCK)) }
+        .map_err(driver("launching flag_less"))?;
+    Ok(())
+}
+
+/// The order check of [`mark_sorted_matches`]: a device word its kernel sets a bit of when a
+/// side is out of order, read back (synchronizing) by [`OrderCheck::take`].
+#[derive(Debug)]
+pub struct OrderCheck {
+    word: DeviceBuffer<u32>,
+}
+
+impl OrderCheck {
+    /// A check with nothing recorded.
+    ///
+    /// # Errors
+    /// Allocation and driver errors.
+    pub fn new(backend: &CudaBackend) -> Result<Self> {
+        let mut word = backend.alloc::<u32>(1)?;
+        backend.fill(&mut word, 0)?;
+        Ok(Self { word })
+    }
+
+    /// `Ok` when both sides were in order since creation or the last `take`; clears the word.
+    /// Waits for the stream.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the side out of order; driver errors (including ones
+    /// from earlier asynchronous launches).
+    pub fn take(&mut self, backend: &CudaBackend) -> Result<()> {
+        let bits = backend.download(&self.word)?[0];
+        if bits == 0 {
+            return Ok(());
+        }
+        backend.fill(&mut self.word, 0)?;
+        Err(if bits & 1 != 0 {
+            crate::semi::left_unsorted()
+        } else {
+            crate::semi::right_unsorted()
+        })
+    }
+}
+
+/// [`crate::SortedMatch::mark_sorted_matches`] on views, the order violations recorded in
+/// `check` (read it when you choose to synchronize). Queues two launches and allocates the
+/// tiles' bounds (8 bytes a [`crate::SORTED_MATCH_TILE`] left rows).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when flags or marks differ in length from their keys; allocation
+/// and driver errors.
+pub fn mark_sorted_matches<K: Key>(
+    backend: &CudaBackend,
+    left_keys: &CudaView<'_, K>,
+    left_flags: Option<&CudaView<'_, u32>>,
+    right_keys: &CudaView<'_, K>,
+    right_flags: Option<&CudaView<'_, u32>>,
+    marks: &mut CudaViewMut<'_, u32>,
+    check: &mut OrderCheck,
+) -> Result<()> {
+    crate::semi::check_lengths(
+        left_keys.len(),
+        left_flags.map(CudaView::len),
+        right_keys.len(),
+        right_flags.map(CudaView::len),
+        marks.len(),
+    )?;
+    let (n, m) = (left_keys.len() as u64, right_keys.len() as u64);
+    if n == 0 {
+        return Ok(());
+    }
+    let tiles = n.div_ceil(crate::SORTED_MATCH_TILE as u64);
+    let mut bounds = backend.alloc::<u64>(tiles as usize + 1)?;
+    let (lp, rp) = (ptr(backend, left_keys), ptr(backend, right_keys));
+    let bp = ptr_mut(backend, &mut bounds.view_mut());
+    let f = backend.function(
+        &KERNELS,
+        typed1(
+            ["sorted_match_bounds_u32", "sorted_match_bounds_u64"],
+            K::BITS,
+        ),
+    )?;
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&lp).arg(&n).arg(&rp).arg(&m).arg(&bp).arg(&tiles);
+    // SAFETY: reads left rows at multiples of the tile (< n) and binary-searches the m right
+    // rows; writes tiles + 1 bounds, the length allocated above.
+    unsafe { b.launch(backend.grid_stride_config(tiles as usize + 1, BLOCK)) }
+        .map_err(driver("launching sorted-match bounds"))?;
+    let lf = left_flags.map_or(0, |f| ptr(backend, f));
+    let rf = right_flags.map_or(0, |f| ptr(backend, f));
+    let (mp, sp) = (
+        ptr_mut(backend, marks),
+        ptr_mut(backend, &mut check.word.view_mut()),
+    );
+    let f = backend.function(
+        &KERNELS,
+        typed1(["sorted_match_u32", "sorted_match_u64"], K::BITS),
+    )?;
+    let grid = u32::try_from(tiles).map_err(|_| Error::SizeOverflow("sorted match tiles"))?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = backend.stream().launch_builder(&f);
+    b.arg(&lp)
+        .arg(&lf)
+        .arg(&n)
+        .arg(&rp)
+        .arg(&rf)
+        .arg(&bp)
+        .arg(&mp)
+        .arg(&sp);
+    // SAFETY: a block a tile reads its left rows (< n), their flags (n, checked) and the right
+    // rows between its bounds; bounds outside 0..=m cannot occur (lower bounds of the right
+    // side, 0 and m), a reversed pair reads nothing; marks are written only at left rows.
+    unsafe { b.launch(cfg) }.map_err(driver("launching sorted match"))?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key};
-use joinkit_primitives::{Histogram, Interleave, Scan, Sort};
+use joinkit_primitives::{Filter, Histogram, Interleave, Scan, Sort, SortedMatch};
 use proptest::prelude::*;
 
 mod common;
@@ -430,5 +430,183 @@ fn cpu_radix_sort_of_many_chunks_is_stable() {
     for bits in [0..64, 3..17, 60..64] {
         let got = CpuBackend::new().sort_pairs(&k, &v, bits.clone()).unwrap();
         assert!(got == naive_sort(&k, &v, &bits));
+    }
+}
+
+/// Filter flags equal the predicate written out, on both backends; the view-level entries
+/// write exactly their output view (a poisoned row after it stays poisoned).
+fn check_filter<T: Element + Ord + Arbitrary>(test: &str) {
+    let gpu = gpu(test);
+    let column = prop_oneof![
+        proptest::collection::vec(any::<T>(), 0..3000),
+        proptest::collection::vec((0u64..4).prop_map(T::from_bits), 0..3000),
+    ];
+    runner()
+        .run(&(column, any::<T>(), any::<T>()), |(a, lo, hi)| {
+            let b: Vec<T> = a.iter().rev().copied().collect();
+            let in_range: Vec<u32> = a.iter().map(|v| u32::from(lo <= *v && *v < hi)).collect();
+            let less: Vec<u32> = a.iter().zip(&b).map(|(x, y)| u32::from(x < y)).collect();
+            let cpu = CpuBackend::new();
+            prop_assert_eq!(&cpu.flag_range(&a, lo..hi).unwrap(), &in_range);
+            prop_assert_eq!(&cpu.flag_less(&a, &b).unwrap(), &less);
+            #[cfg(feature = "cuda")]
+            if let Some(g) = &gpu {
+                use joinkit_primitives::cuda;
+                let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
+                prop_assert_eq!(
+                    &g.download(&g.flag_range(&da, lo..hi).unwrap()).unwrap(),
+                    &in_range
+                );
+                prop_assert_eq!(&g.download(&g.flag_less(&da, &db).unwrap()).unwrap(), &less);
+                let n = a.len();
+                let poison = joinkit_cuda::testing::POISON_U64 as u32;
+                let mut out = poisoned::<u32>(g, n + 1);
+                cuda::flag_range(g, &da.view(), lo..hi, &mut out.view_mut().slice_mut(..n))
+                    .unwrap();
+                prop_assert_eq!(
+                    g.download(&out).unwrap(),
+                    [&in_range[..], &[poison]].concat()
+                );
+                cuda::flag_less(
+                    g,
+                    &da.view(),
+                    &db.view(),
+                    &mut out.view_mut().slice_mut(..n),
+                )
+                .unwrap();
+                prop_assert_eq!(g.download(&out).unwrap(), [&less[..], &[poison]].concat());
+            }
+            #[cfg(not(feature = "cuda"))]
+            let _ = &gpu;
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn filter_u64() {
+    check_filter::<u64>("filter_u64");
+}
+#[test]
+fn filter_i32() {
+    check_filter::<i32>("filter_i32");
+}
+
+/// Co-clustered inputs: left keys sorted unique, right keys sorted with runs (1-7 rows a key,
+/// as lineitem has), keys missing on either side, flags on neither, one or both sides, marks
+/// starting from random values (they accumulate); sizes around the tile.
+fn clustered() -> impl Strategy<Value = (Vec<u64>, Vec<u64>, Vec<u32>, Vec<u32>, Vec<u32>)> {
+    let keys = proptest::collection::btree_set(
+        prop_oneof![0u64..20_000, Just(u64::MAX), Just(0)],
+        0..6000,
+    );
+    (keys, any::<u64>()).prop_map(|(keys, seed)| {
+        let mut rng = seed;
+        let mut next = move || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            rng >> 33
+        };
+        let (mut left, mut right) = (Vec::new(), Vec::new());
+        for k in keys {
+            match next() % 4 {
+                0 => left.push(k),
+                1 => right.extend(std::iter::repeat_n(k, 1 + next() as usize % 7)),
+                _ => {
+                    left.push(k);
+                    right.extend(std::iter::repeat_n(k, 1 + next() as usize % 7));
+                }
+            }
+        }
+        let lf = left.iter().map(|_| u32::from(next() % 3 != 0)).collect();
+        let rf = right.iter().map(|_| u32::from(next() % 2 == 0)).collect();
+        let marks = left.iter().map(|_| u32::from(next() % 5 == 0)).collect();
+        (left, right, lf, rf, marks)
+    })
+}
+
+#[test]
+fn sorted_matches_equal_the_reference() {
+    let gpu = gpu("sorted_matches_equal_the_reference");
+    runner()
+        .run(
+            &(clustered(), any::<bool>(), any::<bool>()),
+            |((left, right, lf, rf, marks), use_lf, use_rf)| {
+                let (lfo, rfo) = (use_lf.then_some(&lf), use_rf.then_some(&rf));
+                let found: std::collections::HashSet<u64> = right
+                    .iter()
+                    .zip(&rf)
+                    .filter(|(_, f)| rfo.is_none() || **f != 0)
+                    .map(|(k, _)| *k)
+                    .collect();
+                let want: Vec<u32> = (0..left.len())
+                    .map(|i| {
+                        let wanted = lfo.is_none() || lf[i] != 0;
+                        if wanted && found.contains(&left[i]) {
+                            1
+                        } else {
+                            marks[i]
+                        }
+                    })
+                    .collect();
+                let cpu = CpuBackend::new();
+                let mut got = marks.clone();
+                cpu.mark_sorted_matches(&left, lfo, &right, rfo, &mut got)
+                    .unwrap();
+                prop_assert_eq!(&got, &want);
+                if let Some(g) = &gpu {
+                    let (dl, dr) = (g.upload(&left).unwrap(), g.upload(&right).unwrap());
+                    let (dlf, drf) = (g.upload(&lf).unwrap(), g.upload(&rf).unwrap());
+                    let mut dm = g.upload(&marks).unwrap();
+                    g.mark_sorted_matches(
+                        &dl,
+                        use_lf.then_some(&dlf),
+                        &dr,
+                        use_rf.then_some(&drf),
+                        &mut dm,
+                    )
+                    .unwrap();
+                    prop_assert_eq!(g.download(&dm).unwrap(), want);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// Out-of-order sides are a typed error on both backends, wherever the disorder is (inside a
+/// tile, across tiles, at the very end), never a wrong answer.
+#[test]
+fn unsorted_sides_are_errors() {
+    let gpu = gpu("unsorted_sides_are_errors");
+    let sorted: Vec<u64> = (0..10_000).map(|i| i * 3).collect();
+    for at in [1usize, 2047, 2048, 5000, 9999] {
+        let mut left = sorted.clone();
+        left[at] = left[at - 1]; // a duplicate: not strictly ascending
+        let mut right = sorted.clone();
+        right.swap(at - 1, at);
+        let run = |b: &dyn Fn(&Vec<u64>, &Vec<u64>) -> Result<(), Error>| {
+            (b(&left, &sorted), b(&sorted, &right), b(&sorted, &sorted))
+        };
+        let cpu = CpuBackend::new();
+        let on_cpu = run(&|l, r| cpu.mark_sorted_matches(l, None, r, None, &mut vec![0; l.len()]));
+        assert!(
+            matches!(on_cpu.0, Err(Error::InvalidArgument(ref m)) if m.contains("left")),
+            "{at}"
+        );
+        assert!(
+            matches!(on_cpu.1, Err(Error::InvalidArgument(ref m)) if m.contains("right")),
+            "{at}"
+        );
+        assert!(on_cpu.2.is_ok());
+        if let Some(g) = &gpu {
+            let on_gpu = run(&|l, r| {
+                let (dl, dr) = (g.upload(l).unwrap(), g.upload(r).unwrap());
+                let mut marks = g.upload(&vec![0u32; l.len()]).unwrap();
+                g.mark_sorted_matches(&dl, None, &dr, None, &mut marks)
+            });
+            assert_eq!(format!("{on_gpu:?}"), format!("{on_cpu:?}"), "{at}");
+        }
     }
 }

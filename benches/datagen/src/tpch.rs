@@ -93,6 +93,77 @@ pub fn column(column: Column, scale_factor: f64) -> Result<Vec<u64>> {
     Ok(out)
 }
 
+/// The six columns of TPC-H Q4, encoded as the NVIDIA multi-GPU join talk did: 8-byte order
+/// keys, dates as days since 1970-01-01 (Arrow's `Date32`), the priority as its code 0..5
+/// (`1-URGENT` → 0). Both tables in TPC-H order: `o_orderkey` ascending, `lineitem` clustered
+/// by (and sorted on) `l_orderkey`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Q4Columns {
+    /// `orders.o_orderkey`.
+    pub o_orderkey: Vec<u64>,
+    /// `orders.o_orderdate`.
+    pub o_orderdate: Vec<i32>,
+    /// `orders.o_orderpriority` as a code.
+    pub o_orderpriority: Vec<u32>,
+    /// `lineitem.l_orderkey`.
+    pub l_orderkey: Vec<u64>,
+    /// `lineitem.l_commitdate`.
+    pub l_commitdate: Vec<i32>,
+    /// `lineitem.l_receiptdate`.
+    pub l_receiptdate: Vec<i32>,
+}
+
+/// Generates Q4's columns at `scale_factor`, each table once, in parallel parts.
+///
+/// # Errors
+/// As [`column`]: a scale factor that is not a finite number above 0, or columns the host
+/// cannot allocate (found before generating).
+pub fn q4_columns(scale_factor: f64) -> Result<Q4Columns> {
+    if !(scale_factor.is_finite() && scale_factor > 0.0) {
+        return Err(Error::InvalidArgument(format!(
+            "TPC-H scale factor {scale_factor}: use a finite number above 0"
+        )));
+    }
+    let orders = (f64::from(OrderGenerator::SCALE_BASE) * scale_factor) as usize;
+    let lines = (orders as f64 * LINES_PER_ORDER) as usize;
+    let mut out = Q4Columns {
+        o_orderkey: try_reserved(orders)?,
+        o_orderdate: try_reserved(orders)?,
+        o_orderpriority: try_reserved(orders)?,
+        l_orderkey: try_reserved(lines)?,
+        l_commitdate: try_reserved(lines)?,
+        l_receiptdate: try_reserved(lines)?,
+    };
+    let parts = (rayon::current_num_threads() * 4).clamp(1, 256) as i32;
+    let chunks: Vec<Q4Columns> = (1..=parts)
+        .into_par_iter()
+        .map(|part| {
+            let mut c = Q4Columns::default();
+            for o in OrderGenerator::new(scale_factor, part, parts).iter() {
+                c.o_orderkey.push(o.o_orderkey as u64);
+                c.o_orderdate.push(o.o_orderdate.to_unix_epoch());
+                c.o_orderpriority
+                    .push(priority_code(o.o_orderpriority) as u32);
+            }
+            for l in LineItemGenerator::new(scale_factor, part, parts).iter() {
+                c.l_orderkey.push(l.l_orderkey as u64);
+                c.l_commitdate.push(l.l_commitdate.to_unix_epoch());
+                c.l_receiptdate.push(l.l_receiptdate.to_unix_epoch());
+            }
+            c
+        })
+        .collect();
+    for c in &chunks {
+        out.o_orderkey.extend_from_slice(&c.o_orderkey);
+        out.o_orderdate.extend_from_slice(&c.o_orderdate);
+        out.o_orderpriority.extend_from_slice(&c.o_orderpriority);
+        out.l_orderkey.extend_from_slice(&c.l_orderkey);
+        out.l_commitdate.extend_from_slice(&c.l_commitdate);
+        out.l_receiptdate.extend_from_slice(&c.l_receiptdate);
+    }
+    Ok(out)
+}
+
 /// `1-URGENT` → 0, ..., `5-LOW` → 4 (the leading digit).
 fn priority_code(priority: &str) -> u64 {
     priority
@@ -126,6 +197,32 @@ mod tests {
         let p = column(Column::OOrderpriority, 0.01).unwrap();
         assert!(p.iter().all(|&c| c < 5));
         assert_eq!(Column::from_name("l_partkey"), Some(Column::LPartkey));
+    }
+
+    #[test]
+    fn q4_columns_agree_with_the_key_columns() {
+        let q4 = q4_columns(0.01).unwrap();
+        assert_eq!(q4.o_orderkey, column(Column::OOrderkey, 0.01).unwrap());
+        assert_eq!(q4.l_orderkey, column(Column::LOrderkey, 0.01).unwrap());
+        let prio = column(Column::OOrderpriority, 0.01).unwrap();
+        assert!(
+            q4.o_orderpriority
+                .iter()
+                .zip(&prio)
+                .all(|(a, b)| u64::from(*a) == *b)
+        );
+        // 1992-01-01 is day 8035 since 1970; orders run to 1998-08-02, receipts a few months on.
+        assert!(
+            q4.o_orderdate
+                .iter()
+                .all(|d| (8035..8035 + 2406).contains(d))
+        );
+        assert_eq!(q4.l_commitdate.len(), q4.l_orderkey.len());
+        assert!(
+            q4.l_receiptdate
+                .iter()
+                .all(|d| (8035..8035 + 2600).contains(d))
+        );
     }
 
     #[test]
