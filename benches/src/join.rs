@@ -1,12 +1,16 @@
 //! `joinkit-bench join`: joins on the best device, of two files or of the papers' workloads.
 //!
 //! Files (`--left`, `--right`, `--on`): Parquet or Arrow IPC inputs, the result written to
-//! `--out`. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
+//! `--out` (compressed as `--compression` says); the row gives the time of each step (read,
+//! the join's phases, write), and a bar on a terminal names the step a run of over a second
+//! is at. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
 //! u32 and u64 keys; Int32 and Int64 are bit-cast to them, which keeps equality, the only
-//! relation a join compares (output columns keep their signed type). Every column, the key
-//! included, is carried to the output: the left columns, then (inner and left outer joins) the
-//! right ones, a right name that is already taken getting `_right` appended. In a left outer
-//! join the right columns of unmatched left rows are nulls.
+//! relation a join compares (output columns keep their signed type). The output has one key
+//! column, the left one under its name, as SQL's `join … using (k)` has (in a left outer join
+//! it is never null): the left columns, then (inner and left outer joins) the right ones but
+//! its key, which is never gathered; `--keep-both-keys` carries the right key too. A right name
+//! that is already taken gets `_right` appended. In a left outer join the right columns of
+//! unmatched left rows are nulls.
 //!
 //! Workloads: |R| unique keys shuffled, |S| foreign keys (a match ratio, or Zipf skew), narrow
 //! or wide, 4- or 8-byte keys, or TPC-H `orders ⋈ lineitem`, with every algorithm: per-phase
@@ -15,6 +19,7 @@
 //! each chunk dropped as it comes, and reports the chunks.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use arrow_buffer::NullBuffer;
 use arrow_schema::Field;
@@ -31,7 +36,7 @@ use joinkit_datagen as datagen;
 use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
-use crate::files::{self, HostTable};
+use crate::files::{self, Codec, Format, HostTable};
 use crate::measure::{self, Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
@@ -54,6 +59,14 @@ pub(crate) struct JoinArgs {
     /// output, statistics only).
     #[arg(long, requires = "left", help_heading = "Joining files")]
     out: Option<PathBuf>,
+    /// Compression of --out: snappy (Parquet's default), zstd, lz4 or none (Arrow IPC's
+    /// default); Parquet takes snappy, zstd or none, Arrow IPC lz4, zstd or none.
+    #[arg(long, value_enum, requires = "out", help_heading = "Joining files")]
+    compression: Option<Codec>,
+    /// Carry the right key column to the output too (by default only the left one, equal to it
+    /// in every matched row, as SQL's `join … using (k)`).
+    #[arg(long, requires = "left", help_heading = "Joining files")]
+    keep_both_keys: bool,
     /// Join kind: inner, left-semi, left-anti or left-outer.
     #[arg(long, default_value = "inner", value_parser = parse_kind)]
     kind: JoinKind,
@@ -207,11 +220,16 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
         let opts = JoinOptions::new(args.kind)
             .algorithm(algorithm)
             .narrow_keys(!args.no_key_narrowing);
+        // The output's format is checked before anything is read.
+        let out = match &args.out {
+            Some(path) => Some((path.as_path(), Format::of(path, args.compression)?)),
+            None => None,
+        };
         return join_files(
             device,
             (left, right, on.as_str()),
-            args.out.as_deref(),
-            &opts,
+            out,
+            (&opts, args.keep_both_keys),
             ctx,
         );
     }
@@ -267,12 +285,19 @@ fn with_stats(mut row: Row, requested: Algorithm, st: &JoinStats) -> Row {
 fn join_files(
     device: &Device,
     (left, right, on): (&PathBuf, &PathBuf, &str),
-    out: Option<&std::path::Path>,
-    opts: &JoinOptions,
+    out: Option<(&std::path::Path, Format)>,
+    (opts, keep_both_keys): (&JoinOptions, bool),
     ctx: &mut Ctx,
 ) -> Result<()> {
     let (lk, rk) = on.split_once('=').unwrap_or((on, on));
-    let (mut left, mut right) = (files::read(left)?, files::read(right)?);
+    let started = Instant::now();
+    let mut read = |path: &std::path::Path| {
+        ctx.report.step(&format!("reading {}", path.display()));
+        files::read(path)
+    };
+    let (mut left, mut right) = (read(left)?, read(right)?);
+    let read_ms = ms(started);
+    ctx.report.step("joining");
     let (li, ri) = (left.find(lk.trim())?, right.find(rk.trim())?);
     let (lt, rt) = (left.fields[li].data_type(), right.fields[ri].data_type());
     if lt != rt {
@@ -284,51 +309,72 @@ fn join_files(
     }
     // The join takes the tables' columns.
     let (left_rows, right_rows) = (left.rows(), right.rows());
+    // The right key is the join's key only, not a payload, unless asked for.
+    let right_key = (!keep_both_keys).then_some(ri);
+    let joined = Instant::now();
     let (fields, columns, st) = if left.columns[li].width() == 4 {
-        with_backend!(device, b => join_tables::<_, u32>(b, (&mut left, li), (&mut right, ri), opts, ctx))?
+        with_backend!(device, b => join_tables::<_, u32>(b, (&mut left, li), (&mut right, ri, right_key), opts, ctx))?
     } else {
-        with_backend!(device, b => join_tables::<_, u64>(b, (&mut left, li), (&mut right, ri), opts, ctx))?
+        with_backend!(device, b => join_tables::<_, u64>(b, (&mut left, li), (&mut right, ri, right_key), opts, ctx))?
     };
+    // The join's own phases and around them the keys' conversion and the output's arrays.
+    let join_step_ms = ms(joined);
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let mut note = format!("{} rows, columns {}", st.output_rows, names.join(", "));
-    if let Some(path) = out {
+    let written = Instant::now();
+    if let Some((path, format)) = out {
         note = format!("wrote {}: {note}", path.display());
-        files::write(path, fields, columns)?;
+        ctx.report.step(&format!("writing {}", path.display()));
+        files::write(path, format, fields, columns)?;
     }
+    let write_ms = out.map(|_| ms(written));
     ctx.report.note(note);
     ctx.report.row(with_stats(
         Row::new("join")
             .with("left rows", left_rows)
-            .with("right rows", right_rows),
+            .with("right rows", right_rows)
+            .with("read ms", read_ms)
+            .with("join step ms", join_step_ms)
+            .with_opt("write ms", write_ms),
         opts.algorithm,
         &st,
     ));
     Ok(())
 }
 
+/// Milliseconds since `t`.
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
 /// The output columns of a join of files: names, types, values.
 type Output = (Vec<Field>, Vec<arrow_array::ArrayRef>, JoinStats);
 
-/// Moves both files' columns into the backend (every column a payload, the key also as `K`),
-/// joins them and takes the output back.
+/// Moves both files' columns into the backend (every column a payload but the right key when
+/// `dropped` names it, the key also as `K`), joins them and takes the output back.
 fn join_tables<B: JoinBackend, K: Key>(
     b: &B,
     (left, li): (&mut HostTable, usize),
-    (right, ri): (&mut HostTable, usize),
+    (right, ri, dropped): (&mut HostTable, usize, Option<usize>),
     opts: &JoinOptions,
     ctx: &mut Ctx,
 ) -> joinkit_cuda::Result<Output> {
     // The file's columns move into the backend's buffers (the CPU's keep them as they are);
-    // the key, also a payload, is converted once, in parallel.
-    let table = |t: &mut HostTable, key: usize| -> joinkit_cuda::Result<Table<B, K>> {
+    // the key is converted once, in parallel; a dropped column is not moved (nor gathered).
+    let table = |t: &mut HostTable,
+                 key: usize,
+                 dropped: Option<usize>|
+     -> joinkit_cuda::Result<Table<B, K>> {
         let keys: Vec<K> = each_column!(&t.columns[key], c => c.par_iter().map(|x| K::from_u64(x.to_bits())).collect());
         let payloads = std::mem::take(&mut t.columns)
             .into_iter()
-            .map(|c| Ok(map_column!(c, c, T => b.upload_owned::<T>(c)?)))
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != dropped)
+            .map(|(_, c)| Ok(map_column!(c, c, T => b.upload_owned::<T>(c)?)))
             .collect::<joinkit_cuda::Result<Vec<_>>>()?;
         Table::new(b.upload_owned(keys)?, payloads)
     };
-    let (l, r) = (table(left, li)?, table(right, ri)?);
+    let (l, r) = (table(left, li, None)?, table(right, ri, dropped)?);
     let (m, st) = median_run(|| join_columns(b, &l, &r, opts), ctx.runs_or(0, 1))?;
     drop((l, r));
     let down = |c: Column<B>| -> joinkit_cuda::Result<Column<CpuBackend>> {
@@ -349,7 +395,10 @@ fn join_tables<B: JoinBackend, K: Key>(
         fields.push(f.as_ref().clone());
         columns.push(files::to_arrow(down(c)?, None));
     }
-    for (f, c) in right.fields.iter().zip(m.right) {
+    let right_fields = (right.fields.iter().enumerate())
+        .filter(|&(i, _)| Some(i) != dropped)
+        .map(|(_, f)| f);
+    for (f, c) in right_fields.zip(m.right) {
         let mut name = f.name().clone();
         while fields.iter().any(|g| *g.name() == name) {
             name.push_str("_right");

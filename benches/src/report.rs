@@ -233,6 +233,13 @@ impl Report {
         self.show_bar_when_slow();
     }
 
+    /// Names the step the run is at (reading, joining, writing a file) on the bar, which
+    /// appears once the run has taken a second.
+    pub(crate) fn step(&mut self, what: &str) {
+        self.bar.set_message(what.to_string());
+        self.show_bar_when_slow();
+    }
+
     /// Whether any row was recorded.
     pub(crate) fn has_rows(&self) -> bool {
         !self.rows.is_empty()

@@ -98,14 +98,18 @@ fn write_parquet_groups(path: &Path, b: &RecordBatch, group_rows: Option<usize>)
     w.close().unwrap();
 }
 
-/// Writes an Arrow IPC file compressed with LZ4, as Feather files are by default.
-fn write_ipc(path: &Path, b: &RecordBatch) {
+/// Writes an Arrow IPC file compressed with LZ4, as Feather files are by default, in record
+/// batches of at most `batch_rows` rows (one batch without).
+fn write_ipc(path: &Path, b: &RecordBatch, batch_rows: Option<usize>) {
     let lz4 = IpcWriteOptions::default()
         .try_with_compression(Some(CompressionType::LZ4_FRAME))
         .unwrap();
     let mut w =
         FileWriter::try_new_with_options(File::create(path).unwrap(), &b.schema(), lz4).unwrap();
-    w.write(b).unwrap();
+    let n = batch_rows.unwrap_or(b.num_rows());
+    for at in (0..b.num_rows()).step_by(n) {
+        w.write(&b.slice(at, n.min(b.num_rows() - at))).unwrap();
+    }
     w.finish().unwrap();
 }
 
@@ -168,8 +172,14 @@ fn columns(b: &RecordBatch) -> Vec<Column<CpuBackend>> {
         .collect()
 }
 
-/// The library's answer on the CPU, every column of both sides carried (the key in column 0).
-fn expected<K: Key>(left: &RecordBatch, right: &RecordBatch, kind: JoinKind) -> Rows {
+/// The library's answer on the CPU, every column of both sides carried (the key in column 0)
+/// but the right key unless `both_keys`.
+fn expected<K: Key>(
+    left: &RecordBatch,
+    right: &RecordBatch,
+    kind: JoinKind,
+    both_keys: bool,
+) -> Rows {
     let cpu = CpuBackend::new();
     let table = |b: &RecordBatch| {
         let cols = columns(b);
@@ -190,7 +200,8 @@ fn expected<K: Key>(left: &RecordBatch, right: &RecordBatch, kind: JoinKind) -> 
         .map(|i| {
             let valid = m.right_valid.as_ref().is_none_or(|v| v[i] != 0);
             let left = m.left.iter().map(|c| Some(value(c, i)));
-            let right = m.right.iter().map(|c| valid.then(|| value(c, i)));
+            let right =
+                (m.right.iter().skip(usize::from(!both_keys))).map(|c| valid.then(|| value(c, i)));
             left.chain(right).collect()
         })
         .collect();
@@ -258,16 +269,45 @@ fn join(d: &Path, (left, right, on): (&Path, &Path, &str), more: &[&str]) -> Out
     jb(d, &args)
 }
 
-/// Joins the inputs through the binary and compares with the library as multisets.
-/// With `ipc`, the left input and the output are Arrow IPC files; `device` runs the join;
-/// `group_rows` writes the Parquet inputs in row groups of that many rows.
+/// How a round trip writes its files and what it asks of the output.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// The left input and the output are Arrow IPC files.
+    ipc: bool,
+    /// The inputs are written in row groups (record batches) of that many rows.
+    group_rows: Option<usize>,
+    /// `--keep-both-keys`.
+    both_keys: bool,
+    /// `--compression`.
+    compression: Option<&'static str>,
+}
+
+const PARQUET: Shape = Shape {
+    ipc: false,
+    group_rows: None,
+    both_keys: false,
+    compression: None,
+};
+const IPC: Shape = Shape {
+    ipc: true,
+    ..PARQUET
+};
+
+/// Joins the inputs through the binary and compares with the library as multisets; `device`
+/// runs the join. Returns the output's path.
 fn round_trip<K: Key>(
     name: &str,
     key: fn(&[u64]) -> ArrayRef,
     kind: (&str, JoinKind),
-    (ipc, group_rows): (bool, Option<usize>),
+    shape: Shape,
     device: &str,
-) {
+) -> PathBuf {
+    let Shape {
+        ipc,
+        group_rows,
+        both_keys,
+        compression,
+    } = shape;
     let d = dir(name);
     let (left, right) = inputs(key);
     let (lp, rp, out) = if ipc {
@@ -284,35 +324,39 @@ fn round_trip<K: Key>(
         )
     };
     if ipc {
-        write_ipc(&lp, &left);
+        write_ipc(&lp, &left, group_rows);
     } else {
         write_parquet_groups(&lp, &left, group_rows);
     }
     write_parquet_groups(&rp, &right, group_rows);
-    let o = join(
-        &d,
-        (&lp, &rp, "k=k"),
-        &[
-            "--kind",
-            kind.0,
-            "--out",
-            out.to_str().unwrap(),
-            "--device",
-            device,
-        ],
-    );
+    let mut args = vec![
+        "--kind",
+        kind.0,
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        device,
+    ];
+    if both_keys {
+        args.push("--keep-both-keys");
+    }
+    if let Some(c) = compression {
+        args.extend(["--compression", c]);
+    }
+    let o = join(&d, (&lp, &rp, "k=k"), &args);
     assert!(o.status.success(), "{name}: {}", text(&o.stderr));
     let (names, rows) = read_rows(&out);
-    let want_names: &[&str] = if kind.1.has_right_rows() {
-        &["k", "a", "c", "k_right", "b", "c_right"]
-    } else {
-        &["k", "a", "c"]
+    let want_names: &[&str] = match (kind.1.has_right_rows(), both_keys) {
+        (true, true) => &["k", "a", "c", "k_right", "b", "c_right"],
+        (true, false) => &["k", "a", "c", "b", "c_right"],
+        (false, _) => &["k", "a", "c"],
     };
     assert_eq!(names, want_names, "{name}");
-    let want = expected::<K>(&left, &right, kind.1);
+    let want = expected::<K>(&left, &right, kind.1, both_keys);
     assert!(!want.is_empty(), "{name}: the test joins nothing");
     assert_eq!(rows, want, "{name}");
     assert!(text(&o.stdout).contains("wrote"), "{name}");
+    out
 }
 
 const INNER: (&str, JoinKind) = ("inner", JoinKind::Inner);
@@ -322,30 +366,158 @@ const ANTI: (&str, JoinKind) = ("left-anti", JoinKind::LeftAnti);
 
 #[test]
 fn parquet_join_u32_keys_inner_and_left_outer() {
-    round_trip::<u32>("u32_inner", u32_keys, INNER, (false, None), "cpu");
-    round_trip::<u32>("u32_outer", u32_keys, OUTER, (false, None), "cpu");
+    round_trip::<u32>("u32_inner", u32_keys, INNER, PARQUET, "cpu");
+    round_trip::<u32>("u32_outer", u32_keys, OUTER, PARQUET, "cpu");
 }
 
 #[test]
 fn parquet_join_u64_keys_inner_and_left_outer() {
-    round_trip::<u64>("u64_inner", u64_keys, INNER, (false, None), "cpu");
-    round_trip::<u64>("u64_outer", u64_keys, OUTER, (false, None), "cpu");
+    round_trip::<u64>("u64_inner", u64_keys, INNER, PARQUET, "cpu");
+    round_trip::<u64>("u64_outer", u64_keys, OUTER, PARQUET, "cpu");
 }
 
-/// Row groups are decoded in parallel, each into its own rows: many small ones (29 and 10)
-/// land in order.
+/// `--keep-both-keys` carries the right key as `k_right`; by default a right side of only its
+/// key adds no column (the join has no right payload to gather).
 #[test]
-fn parquet_files_of_many_row_groups() {
-    round_trip::<u32>("groups_inner", u32_keys, INNER, (false, Some(7)), "cpu");
-    round_trip::<u64>("groups_outer", i64_keys, OUTER, (false, Some(10)), "cpu");
+fn one_key_column_unless_both_are_asked_for() {
+    let both = Shape {
+        both_keys: true,
+        ..PARQUET
+    };
+    round_trip::<u32>("both_inner", u32_keys, INNER, both, "cpu");
+    round_trip::<u64>(
+        "both_outer_ipc",
+        i64_keys,
+        OUTER,
+        Shape { ipc: true, ..both },
+        "cpu",
+    );
+    let d = dir("key_only_right");
+    let (left, right) = inputs(u32_keys);
+    let (lp, rp, out) = (
+        d.join("l.parquet"),
+        d.join("r.parquet"),
+        d.join("o.parquet"),
+    );
+    write_parquet(&lp, &left);
+    write_parquet(&rp, &right.project(&[0]).unwrap());
+    for kind in [INNER, OUTER] {
+        let o = join(
+            &d,
+            (&lp, &rp, "k"),
+            &["--kind", kind.0, "--out", out.to_str().unwrap()],
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let (names, rows) = read_rows(&out);
+        assert_eq!(names, ["k", "a", "c"]);
+        assert_eq!(
+            rows.len(),
+            expected::<u32>(&left, &right, kind.1, false).len()
+        );
+    }
+}
+
+/// Row groups and record batches are decoded in parallel, each into its own rows: many small
+/// ones land in order.
+#[test]
+fn files_of_many_row_groups_and_record_batches() {
+    round_trip::<u32>(
+        "groups_inner",
+        u32_keys,
+        INNER,
+        Shape {
+            group_rows: Some(7),
+            ..PARQUET
+        },
+        "cpu",
+    );
+    round_trip::<u64>(
+        "groups_outer",
+        i64_keys,
+        OUTER,
+        Shape {
+            group_rows: Some(10),
+            ..PARQUET
+        },
+        "cpu",
+    );
+    round_trip::<u32>(
+        "batches_inner",
+        u32_keys,
+        INNER,
+        Shape {
+            group_rows: Some(7),
+            ..IPC
+        },
+        "cpu",
+    );
 }
 
 #[test]
 fn signed_keys_are_bit_cast_and_arrow_ipc_is_read_and_written() {
-    round_trip::<u64>("i64_outer", i64_keys, OUTER, (false, None), "cpu");
-    round_trip::<u64>("i64_outer_ipc", i64_keys, OUTER, (true, None), "cpu");
-    round_trip::<u32>("i32_semi_ipc", i32_keys, SEMI, (true, None), "cpu");
-    round_trip::<u32>("i32_anti", i32_keys, ANTI, (false, None), "cpu");
+    round_trip::<u64>("i64_outer", i64_keys, OUTER, PARQUET, "cpu");
+    round_trip::<u64>("i64_outer_ipc", i64_keys, OUTER, IPC, "cpu");
+    round_trip::<u32>("i32_semi_ipc", i32_keys, SEMI, IPC, "cpu");
+    round_trip::<u32>("i32_anti", i32_keys, ANTI, PARQUET, "cpu");
+}
+
+/// `--compression` as asked, in both formats (each checked in the file's own metadata for
+/// Parquet); a codec the output's format has not is a one-line error before anything is read.
+#[test]
+fn outputs_are_compressed_as_asked() {
+    for (codec, want) in [
+        (
+            "zstd",
+            parquet::basic::Compression::ZSTD(Default::default()),
+        ),
+        ("none", parquet::basic::Compression::UNCOMPRESSED),
+    ] {
+        let name = format!("parquet_{codec}");
+        let shape = Shape {
+            compression: Some(codec),
+            ..PARQUET
+        };
+        let out = round_trip::<u32>(&name, u32_keys, INNER, shape, "cpu");
+        let meta = ParquetRecordBatchReaderBuilder::try_new(File::open(out).unwrap()).unwrap();
+        let chunks = meta
+            .metadata()
+            .row_groups()
+            .iter()
+            .flat_map(|g| g.columns());
+        assert!(
+            chunks.map(|c| c.compression()).all(|c| c == want),
+            "{codec}"
+        );
+    }
+    for codec in ["lz4", "zstd", "none"] {
+        let shape = Shape {
+            compression: Some(codec),
+            ..IPC
+        };
+        round_trip::<u64>(&format!("ipc_{codec}"), i64_keys, OUTER, shape, "cpu");
+    }
+    let d = dir("bad_compression");
+    let (lp, rp) = (d.join("missing-l.parquet"), d.join("missing-r.parquet"));
+    for (out, codec, says) in [
+        (
+            "o.arrow",
+            "snappy",
+            "o.arrow is Arrow IPC, which takes lz4, zstd or none",
+        ),
+        (
+            "o.parquet",
+            "lz4",
+            "o.parquet is Parquet, which takes snappy, zstd or none",
+        ),
+    ] {
+        let out = d.join(out);
+        let args = ["--out", out.to_str().unwrap(), "--compression", codec];
+        fails(&join(&d, (&lp, &rp, "k"), &args), says);
+    }
+    fails(
+        &join(&d, (&lp, &rp, "k"), &["--compression", "zstd"]),
+        "--out <OUT>",
+    );
 }
 
 /// The joins of files on GPU 0, where there is one (the binary's CUDA path, the same answer).
@@ -356,11 +528,11 @@ fn file_joins_on_the_gpu() {
         return;
     }
     let gpu = "cuda:0";
-    round_trip::<u32>("gpu_u32_inner", u32_keys, INNER, (false, None), gpu);
-    round_trip::<u32>("gpu_u32_outer", u32_keys, OUTER, (false, None), gpu);
-    round_trip::<u64>("gpu_u64_outer_ipc", u64_keys, OUTER, (true, None), gpu);
-    round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, (false, None), gpu);
-    round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, (false, None), gpu);
+    round_trip::<u32>("gpu_u32_inner", u32_keys, INNER, PARQUET, gpu);
+    round_trip::<u32>("gpu_u32_outer", u32_keys, OUTER, PARQUET, gpu);
+    round_trip::<u64>("gpu_u64_outer_ipc", u64_keys, OUTER, IPC, gpu);
+    round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, PARQUET, gpu);
+    round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, PARQUET, gpu);
 }
 
 /// The rows a run wrote to `<d>/<stem>.jsonl`.
