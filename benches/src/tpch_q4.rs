@@ -11,13 +11,15 @@
 //!
 //! The plan ([`q4`]), each step one call of a primitive on the device the columns live on:
 //!
-//! 1. **filter**: `o_orderdate` within the quarter ([`Filter::flag_range`]) and
-//!    `l_commitdate < l_receiptdate` ([`Filter::flag_less`]), as flags;
-//! 2. **semi join** of the flagged orders with the flagged lines of their key: `sorted`
-//!    (default) marks them by a merge of the two key columns ([`SortedMatch`]), which TPC-H's
-//!    tables allow (`orders` ascends by key, `lineitem` comes clustered by order); `hash`
-//!    compacts both sides ([`Compact`]) and runs joinkit's left semi join (`Algorithm::Auto`),
-//!    which any order allows. A `sorted` plan over tables out of order falls back to `hash`;
+//! 1. **filter** `orders`: `o_orderdate` within the quarter ([`Filter::flag_range`]), as flags;
+//! 2. **semi join** of the flagged orders with the lines of their key that have
+//!    `l_commitdate < l_receiptdate`: `sorted` (default) marks them by a merge of the two key
+//!    columns ([`SortedMatch::mark_sorted_matches_where_less`]), which TPC-H's tables allow
+//!    (`orders` ascends by key, `lineitem` comes clustered by order), reading the two dates only
+//!    for lines of the quarter's orders; `hash` flags the lines ([`Filter::flag_less`], counted
+//!    in the filter phase), compacts both sides ([`Compact`]) and runs joinkit's left semi
+//!    join (`Algorithm::Auto`), which any order allows. A `sorted` plan over tables out of
+//!    order falls back to `hash`;
 //! 3. **group by**: the priorities of the joined orders ([`Compact`]) counted in five bins
 //!    ([`Histogram`]).
 //!
@@ -37,11 +39,12 @@ use arrow_array::{
 use arrow_schema::{DataType, Field};
 use clap::{Args, ValueEnum};
 use joinkit::{Column, JoinBackend, JoinKind, JoinOptions, Table, join_columns};
-use joinkit_cuda::{Backend, Buffer, Device, Error, with_backend};
+use joinkit_cuda::{Backend, Buffer, Device, Element, Error, with_backend};
 use joinkit_datagen::tpch::{Q4Columns, q4_columns};
 use joinkit_primitives::{Compact, Filter, Histogram, SortedMatch};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
 use crate::files;
@@ -66,6 +69,12 @@ pub(crate) struct TpchQ4Args {
     /// hash (compaction and joinkit's left semi join).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "sorted")]
     semi_join: Vec<SemiJoin>,
+    /// Join this many copies of the tables, the keys of copy c shifted by c × (the largest key
+    /// + 1) so that both tables stay sorted and no order meets another copy's lines: tables of
+    /// N × SF rows with SF's distributions (where generating N × SF would not fit the host or
+    /// the time), whose answer is N times SF's.
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    replicate: u32,
     /// Read `orders.parquet` and `lineitem.parquet` from this folder instead of generating:
     /// integer keys, `Date32` (or integer day) dates, the priority as text or as its code.
     #[arg(long)]
@@ -165,45 +174,94 @@ pub(crate) struct Q4Tables<B: Backend> {
 }
 
 impl<B: Backend> Q4Tables<B> {
-    /// Uploads the host columns.
+    /// Uploads `copies` copies of the host columns (see `--replicate`), each column assembled
+    /// on the device from one upload a copy (keys) or one upload in all (the rest): the host
+    /// holds one copy, the device one column's upload beside the tables.
     ///
     /// # Errors
-    /// [`Error::LengthMismatch`] when a table's columns differ in length; allocation and
+    /// [`Error::LengthMismatch`] when a table's columns differ in length;
+    /// [`Error::SizeOverflow`] when the copies' rows or shifted keys overflow; allocation and
     /// driver errors.
-    pub(crate) fn upload(b: &B, c: &Q4Columns) -> Result<Self> {
-        Error::check_len(
-            "o_orderdate vs o_orderkey",
-            c.o_orderkey.len(),
-            c.o_orderdate.len(),
-        )?;
+    pub(crate) fn upload(b: &B, c: &Q4Columns, copies: usize) -> Result<Self> {
+        let (orders, lines) = (c.o_orderkey.len(), c.l_orderkey.len());
+        Error::check_len("o_orderdate vs o_orderkey", orders, c.o_orderdate.len())?;
         Error::check_len(
             "o_orderpriority vs o_orderkey",
-            c.o_orderkey.len(),
+            orders,
             c.o_orderpriority.len(),
         )?;
-        Error::check_len(
-            "l_commitdate vs l_orderkey",
-            c.l_orderkey.len(),
-            c.l_commitdate.len(),
-        )?;
-        Error::check_len(
-            "l_receiptdate vs l_orderkey",
-            c.l_orderkey.len(),
-            c.l_receiptdate.len(),
-        )?;
+        Error::check_len("l_commitdate vs l_orderkey", lines, c.l_commitdate.len())?;
+        Error::check_len("l_receiptdate vs l_orderkey", lines, c.l_receiptdate.len())?;
+        let top = c
+            .o_orderkey
+            .iter()
+            .chain(&c.l_orderkey)
+            .max()
+            .copied()
+            .unwrap_or(0);
+        let span = top
+            .checked_add(1)
+            .ok_or(Error::SizeOverflow("shifted keys"))?;
+        let last_shift = span.checked_mul(copies.saturating_sub(1) as u64);
+        if last_shift.and_then(|s| s.checked_add(top)).is_none() {
+            return Err(Error::SizeOverflow("shifted keys").into());
+        }
+        let keys = |k: &[u64]| -> Result<B::Buf<u64>> {
+            copied(b, k.len(), copies, |copy| {
+                let shift = span * copy as u64;
+                b.upload(&k.par_iter().map(|v| v + shift).collect::<Vec<_>>())
+            })
+        };
         Ok(Self {
-            o_orderkey: b.upload(&c.o_orderkey)?,
-            o_orderdate: b.upload(&c.o_orderdate)?,
-            o_orderpriority: b.upload(&c.o_orderpriority)?,
-            l_orderkey: b.upload(&c.l_orderkey)?,
-            l_commitdate: b.upload(&c.l_commitdate)?,
-            l_receiptdate: b.upload(&c.l_receiptdate)?,
+            o_orderkey: keys(&c.o_orderkey)?,
+            o_orderdate: same(b, &c.o_orderdate, copies)?,
+            o_orderpriority: same(b, &c.o_orderpriority, copies)?,
+            l_orderkey: keys(&c.l_orderkey)?,
+            l_commitdate: same(b, &c.l_commitdate, copies)?,
+            l_receiptdate: same(b, &c.l_receiptdate, copies)?,
         })
     }
 
     fn rows(&self) -> (usize, usize) {
         (self.o_orderkey.len(), self.l_orderkey.len())
     }
+}
+
+/// A device column of `copies` copies of `len` rows, copy `c` uploaded by `piece(c)`.
+fn copied<B: Backend, T: Element>(
+    b: &B,
+    len: usize,
+    copies: usize,
+    piece: impl Fn(usize) -> joinkit_cuda::Result<B::Buf<T>>,
+) -> Result<B::Buf<T>> {
+    if copies == 1 {
+        return Ok(piece(0)?);
+    }
+    let rows = len
+        .checked_mul(copies)
+        .ok_or(Error::SizeOverflow("replicated rows"))?;
+    let mut out = b.alloc::<T>(rows)?;
+    for copy in 0..copies {
+        b.copy_into(&piece(copy)?, &mut out, copy * len)?;
+    }
+    Ok(out)
+}
+
+/// `copies` copies of a column that needs no shift: one upload, then device copies.
+fn same<B: Backend, T: Element>(b: &B, host: &[T], copies: usize) -> Result<B::Buf<T>> {
+    let one = b.upload(host)?;
+    if copies == 1 {
+        return Ok(one);
+    }
+    let rows = host
+        .len()
+        .checked_mul(copies)
+        .ok_or(Error::SizeOverflow("replicated rows"))?;
+    let mut out = b.alloc::<T>(rows)?;
+    for copy in 0..copies {
+        b.copy_into(&one, &mut out, copy * host.len())?;
+    }
+    Ok(out)
 }
 
 /// Q4's answer (orders a priority, in [`PRIORITIES`] order) and how the plan went.
@@ -233,18 +291,19 @@ pub(crate) fn q4<B: Q4Backend>(
     date: i32,
     semi_join: SemiJoin,
 ) -> Result<Q4Run> {
-    let ((o_flags, l_flags), filter_ms) = b.timed(|| {
-        let o = b.flag_range(&t.o_orderdate, date..plus_three_months(date))?;
-        Ok((o, b.flag_less(&t.l_commitdate, &t.l_receiptdate)?))
-    })?;
+    let (o_flags, mut filter_ms) =
+        b.timed(|| b.flag_range(&t.o_orderdate, date..plus_three_months(date)))?;
+    // Sorted: the lineitem predicate is evaluated inside the merge, for the lines of the
+    // quarter's orders only.
     let sorted = || -> joinkit_cuda::Result<Option<B::Buf<u32>>> {
         let mut marks = b.alloc::<u32>(t.o_orderkey.len())?;
         b.fill(&mut marks, 0)?;
-        match b.mark_sorted_matches(
+        match b.mark_sorted_matches_where_less(
             &t.o_orderkey,
             Some(&o_flags),
             &t.l_orderkey,
-            Some(&l_flags),
+            &t.l_commitdate,
+            &t.l_receiptdate,
             &mut marks,
         ) {
             Ok(()) => Ok(Some(b.compact(&[&t.o_orderpriority], &marks)?.remove(0))),
@@ -252,26 +311,36 @@ pub(crate) fn q4<B: Q4Backend>(
             Err(e) => Err(e),
         }
     };
-    let hash = || -> joinkit_cuda::Result<B::Buf<u32>> {
+    let hash = |l_flags: &B::Buf<u32>| -> joinkit_cuda::Result<B::Buf<u32>> {
         let keys = b.compact(&[&t.o_orderkey], &o_flags)?.remove(0);
         let priorities = b.compact(&[&t.o_orderpriority], &o_flags)?.remove(0);
         let left = Table::new(keys, vec![Column::U32(priorities)])?;
-        let right = Table::new(b.compact(&[&t.l_orderkey], &l_flags)?.remove(0), vec![])?;
+        let right = Table::new(b.compact(&[&t.l_orderkey], l_flags)?.remove(0), vec![])?;
         let (joined, _) = join_columns(b, &left, &right, &JoinOptions::new(JoinKind::LeftSemi))?;
         match joined.left.into_iter().next() {
             Some(Column::U32(p)) => Ok(p),
-            _ => {
-                Err(Error::InvalidArgument("the semi join lost the priority column".into()).into())
-            }
+            _ => Err(Error::InvalidArgument(
+                "the semi join lost the priority column".into(),
+            )),
         }
     };
-    let ((priorities, ran), semi_ms) = b.timed(|| match semi_join {
-        SemiJoin::Sorted => match sorted()? {
-            Some(p) => Ok((p, SemiJoin::Sorted)),
-            None => Ok((hash()?, SemiJoin::Hash)),
-        },
-        SemiJoin::Hash => Ok((hash()?, SemiJoin::Hash)),
-    })?;
+    let mut semi_ms = 0.0;
+    let mut ran = None;
+    if semi_join == SemiJoin::Sorted {
+        let (p, ms) = b.timed(sorted)?;
+        semi_ms += ms; // a fallback counts the failed try
+        ran = p.map(|p| (p, SemiJoin::Sorted));
+    }
+    let (priorities, ran) = match ran {
+        Some(done) => done,
+        None => {
+            let (l_flags, ms) = b.timed(|| b.flag_less(&t.l_commitdate, &t.l_receiptdate))?;
+            filter_ms += ms;
+            let (p, ms) = b.timed(|| hash(&l_flags))?;
+            semi_ms += ms;
+            (p, SemiJoin::Hash)
+        }
+    };
     let (bins, group_ms) = b.timed(|| Ok(b.histogram_even(&priorities, 5, 0u32, 5)?))?;
     let bins = b.download(&bins)?;
     let mut counts = [0u64; 5];
@@ -307,7 +376,7 @@ fn measure<B: Q4Backend>(
     args: &TpchQ4Args,
     ctx: &mut Ctx,
 ) -> Result<()> {
-    let t = Q4Tables::upload(b, columns)?;
+    let t = Q4Tables::upload(b, columns, args.replicate as usize)?;
     let (orders, lines) = t.rows();
     // Input bytes: every column once (8-byte keys, 4-byte dates and codes).
     let bytes = (orders * 16 + lines * 16) as f64;
@@ -375,8 +444,10 @@ fn write_parquet(dir: &Path, c: &Q4Columns) -> Result<()> {
             .iter()
             .map(|&p| PRIORITIES.get(p as usize).copied().unwrap_or("?")),
     ));
+    let orders = dir.join("orders.parquet");
     files::write(
-        &dir.join("orders.parquet"),
+        &orders,
+        files::Format::of(&orders, None)?,
         vec![
             Field::new("o_orderkey", DataType::Int64, false),
             Field::new("o_orderdate", DataType::Date32, false),
@@ -384,8 +455,10 @@ fn write_parquet(dir: &Path, c: &Q4Columns) -> Result<()> {
         ],
         vec![key(&c.o_orderkey), date(&c.o_orderdate), priority],
     )?;
+    let lineitem = dir.join("lineitem.parquet");
     files::write(
-        &dir.join("lineitem.parquet"),
+        &lineitem,
+        files::Format::of(&lineitem, None)?,
         vec![
             Field::new("l_orderkey", DataType::Int64, false),
             Field::new("l_commitdate", DataType::Date32, false),
@@ -622,7 +695,7 @@ mod tests {
     }
 
     fn check_every_quarter<B: Q4Backend>(b: &B, c: &Q4Columns) {
-        let t = Q4Tables::upload(b, c).unwrap();
+        let t = Q4Tables::upload(b, c, 1).unwrap();
         for date in quarters() {
             let want = reference(c, date);
             for semi in [SemiJoin::Sorted, SemiJoin::Hash] {
@@ -658,7 +731,7 @@ mod tests {
     #[test]
     fn validation_date_gives_the_spec_answer_at_sf_1() {
         let c = q4_columns(1.0).unwrap();
-        let t = Q4Tables::upload(&CpuBackend::new(), &c).unwrap();
+        let t = Q4Tables::upload(&CpuBackend::new(), &c, 1).unwrap();
         let got = q4(
             &CpuBackend::new(),
             &t,
@@ -680,13 +753,48 @@ mod tests {
         let cpu = CpuBackend::new();
         let got = q4(
             &cpu,
-            &Q4Tables::upload(&cpu, &c).unwrap(),
+            &Q4Tables::upload(&cpu, &c, 1).unwrap(),
             date,
             SemiJoin::Sorted,
         )
         .unwrap();
         assert_eq!(got.semi_join, SemiJoin::Hash);
         assert_eq!(got.counts, reference(&c, date));
+    }
+
+    /// Copies with shifted keys: both tables stay sorted (the merge runs, no fallback) and
+    /// the answer is the copies times one copy's, on both backends.
+    #[test]
+    fn replicated_tables_answer_copies_times() {
+        let c = q4_columns(0.01).unwrap();
+        let date = parse_date("1995-04-01").unwrap();
+        let one = reference(&c, date);
+        let check = |b: &dyn Fn(usize) -> Q4Run| {
+            let got = b(3);
+            assert_eq!(got.semi_join, SemiJoin::Sorted);
+            assert_eq!(got.counts, one.map(|n| 3 * n));
+        };
+        let cpu = CpuBackend::new();
+        check(&|n| {
+            q4(
+                &cpu,
+                &Q4Tables::upload(&cpu, &c, n).unwrap(),
+                date,
+                SemiJoin::Sorted,
+            )
+            .unwrap()
+        });
+        if let Some(g) = &joinkit_cuda::testing::gpu_or_skip("tpch_q4_replicated") {
+            check(&|n| {
+                q4(
+                    g,
+                    &Q4Tables::upload(g, &c, n).unwrap(),
+                    date,
+                    SemiJoin::Sorted,
+                )
+                .unwrap()
+            });
+        }
     }
 
     #[test]

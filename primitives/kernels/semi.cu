@@ -1,18 +1,21 @@
 // The semi join of co-clustered inputs (src/semi.rs is the CPU twin and the contract): left
 // keys strictly ascending and unique, right keys ascending; each left row whose flag is set is
-// marked when a flagged right row has its key.
+// marked when a right row that counts has its key. A right row counts when its flag is set
+// (`sorted_match_*`) or when first[j] < second[j] (`sorted_match_less_*`, the predicate read
+// only for rows that found a wanted left row: a selective left side leaves most of those
+// columns unread).
 //
 // Two launches. `sorted_match_bounds` gives every tile of kTile left rows its right rows: tile
 // b owns right rows [lower_bound(left[b * kTile]), lower_bound(left[(b + 1) * kTile])), the
 // first tile from 0 and the last to the end, so the tiles cover the right side exactly once
-// (one binary search in global memory a tile, all tiles at once). `sorted_match` then runs a
-// block a tile: the tile's left keys and wanted-states go to shared memory, the block streams
-// its right rows in order (coalesced), finds each one's left row by a binary search in shared
-// memory, reads the right flag only for a row that found a wanted left row (a filtered left
-// side leaves most right flags unread), and writes the marks of the found rows.
+// (one binary search in global memory a tile, all tiles at once). The match kernel then runs a
+// block a tile: the tile's left keys and wanted-states go to shared memory; each thread takes
+// kRun consecutive right rows (kRun independent loads in flight), finds the first one's left
+// row by a binary search in shared memory and the others by galloping forward from there (both
+// sides ascend), and flags the found left rows; then the block writes their marks.
 //
 // Order is checked as it is read: each left row against the one before it, each right row
-// against the one before it (every pair by exactly one block, as the tiles partition the right
+// against the one before it (every pair by exactly one thread, as the tiles partition the right
 // side), and the tiles' bounds against each other. A violation sets a bit of `status`.
 #include "common.cuh"
 
@@ -20,6 +23,7 @@ namespace {
 
 constexpr uint32_t kWanted = 1, kFound = 2;
 constexpr uint32_t kLeftUnsorted = 1, kRightUnsorted = 2;
+constexpr int kRun = 8;  // right rows a thread takes at a time
 
 template <typename K>
 __device__ __forceinline__ uint64_t lower_bound(const K* __restrict__ a, uint64_t n, K key) {
@@ -27,6 +31,23 @@ __device__ __forceinline__ uint64_t lower_bound(const K* __restrict__ a, uint64_
   while (lo < hi) {
     const uint64_t mid = (lo + hi) / 2;
     if (a[mid] < key) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// The first position p in [from, len) with keys[p] >= key (len if none), keys ascending:
+// exponential steps from `from`, then a binary search in the last step.
+template <typename K>
+__device__ __forceinline__ uint32_t gallop(const K* keys, uint32_t len, uint32_t from, K key) {
+  uint32_t lo = from, step = 1;
+  while (lo + step < len && keys[lo + step] < key) {
+    lo += step;
+    step *= 2;
+  }
+  uint32_t hi = min(lo + step, len);
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (keys[mid] < key) lo = mid + 1; else hi = mid;
   }
   return lo;
 }
@@ -39,11 +60,27 @@ __device__ void bounds(const K* __restrict__ left, uint64_t n, const K* __restri
   }
 }
 
-template <typename K>
+// Right rows counted by their flags (all rows without flags).
+struct Flagged {
+  const uint32_t* flags;
+  __device__ __forceinline__ bool operator()(uint64_t j) const {
+    return flags == nullptr || flags[j] != 0;
+  }
+};
+
+// Right rows with first[j] < second[j].
+template <typename T>
+struct Less {
+  const T* first;
+  const T* second;
+  __device__ __forceinline__ bool operator()(uint64_t j) const { return first[j] < second[j]; }
+};
+
+template <typename K, typename Counts>
 __device__ void match(const K* __restrict__ left, const uint32_t* __restrict__ left_flags,
-                      uint64_t n, const K* __restrict__ right,
-                      const uint32_t* __restrict__ right_flags, const uint64_t* __restrict__ tile_bounds,
-                      uint32_t* __restrict__ marks, uint32_t* __restrict__ status) {
+                      uint64_t n, const K* __restrict__ right, Counts counts,
+                      const uint64_t* __restrict__ tile_bounds, uint32_t* __restrict__ marks,
+                      uint32_t* __restrict__ status) {
   __shared__ K keys[jkp::kTile];
   __shared__ uint32_t state[jkp::kTile];
   const uint64_t tile = blockIdx.x, first = tile * jkp::kTile;
@@ -58,17 +95,23 @@ __device__ void match(const K* __restrict__ left, const uint32_t* __restrict__ l
   const uint64_t lo = tile_bounds[tile], hi = tile_bounds[tile + 1];
   if (hi < lo && threadIdx.x == 0) atomicOr(status, kRightUnsorted);
   __syncthreads();
-  for (uint64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-    const K r = right[j];
-    if (j > 0 && right[j - 1] > r) atomicOr(status, kRightUnsorted);
-    uint32_t a = 0, b = len;  // lower bound of r among the tile's keys
-    while (a < b) {
-      const uint32_t mid = (a + b) / 2;
-      if (keys[mid] < r) a = mid + 1; else b = mid;
-    }
-    if (a < len && keys[a] == r && (state[a] & kWanted) &&
-        (right_flags == nullptr || right_flags[j] != 0)) {
-      atomicOr(&state[a], kFound);
+  for (uint64_t base = lo + threadIdx.x * kRun; base < hi; base += blockDim.x * kRun) {
+    const int rows = hi - base < kRun ? static_cast<int>(hi - base) : kRun;
+    K r[kRun];
+#pragma unroll
+    for (int q = 0; q < kRun; ++q) r[q] = q < rows ? right[base + q] : r[q > 0 ? q - 1 : 0];
+    bool ordered = base == 0 || !(right[base - 1] > r[0]);
+#pragma unroll
+    for (int q = 1; q < kRun; ++q) ordered &= !(r[q - 1] > r[q]);
+    if (!ordered) atomicOr(status, kRightUnsorted);
+    uint32_t a = 0;
+#pragma unroll
+    for (int q = 0; q < kRun; ++q) {
+      if (q >= rows) break;
+      a = gallop(keys, len, q == 0 || !ordered ? 0u : a, r[q]);
+      if (a < len && keys[a] == r[q] && (state[a] & kWanted) && counts(base + q)) {
+        atomicOr(&state[a], kFound);
+      }
     }
   }
   __syncthreads();
@@ -88,8 +131,23 @@ __device__ void match(const K* __restrict__ left, const uint32_t* __restrict__ l
       const K* left, const uint32_t* left_flags, uint64_t n, const K* right,                    \
       const uint32_t* right_flags, const uint64_t* tile_bounds, uint32_t* marks,                \
       uint32_t* status) {                                                                       \
-    match<K>(left, left_flags, n, right, right_flags, tile_bounds, marks, status);              \
+    match<K>(left, left_flags, n, right, Flagged{right_flags}, tile_bounds, marks, status);     \
+  }
+
+#define JKP_SORTED_MATCH_LESS(K, KNAME, T, TNAME)                                               \
+  extern "C" __global__ void __launch_bounds__(jkp::kBlock) sorted_match_less_##KNAME##_##TNAME( \
+      const K* left, const uint32_t* left_flags, uint64_t n, const K* right, const T* first,    \
+      const T* second, const uint64_t* tile_bounds, uint32_t* marks, uint32_t* status) {        \
+    match<K>(left, left_flags, n, right, Less<T>{first, second}, tile_bounds, marks, status);   \
   }
 
 JKP_SORTED_MATCH(uint32_t, u32)
 JKP_SORTED_MATCH(uint64_t, u64)
+JKP_SORTED_MATCH_LESS(uint32_t, u32, uint32_t, u32)
+JKP_SORTED_MATCH_LESS(uint32_t, u32, uint64_t, u64)
+JKP_SORTED_MATCH_LESS(uint32_t, u32, int32_t, i32)
+JKP_SORTED_MATCH_LESS(uint32_t, u32, int64_t, i64)
+JKP_SORTED_MATCH_LESS(uint64_t, u64, uint32_t, u32)
+JKP_SORTED_MATCH_LESS(uint64_t, u64, uint64_t, u64)
+JKP_SORTED_MATCH_LESS(uint64_t, u64, int32_t, i32)
+JKP_SORTED_MATCH_LESS(uint64_t, u64, int64_t, i64)

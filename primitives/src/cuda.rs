@@ -511,6 +511,73 @@ pub fn mark_sorted_matches<K: Key>(
         right_flags.map(CudaView::len),
         marks.len(),
     )?;
+    let kernel = typed1(["sorted_match_u32", "sorted_match_u64"], K::BITS);
+    let counts = [right_flags.map_or(0, |f| ptr(backend, f))];
+    launch_sorted_match(
+        backend, kernel, left_keys, left_flags, right_keys, &counts, marks, check,
+    )
+}
+
+/// [`crate::SortedMatch::mark_sorted_matches_where_less`] on views: a right row counts when
+/// `first[j] < second[j]`; otherwise as [`mark_sorted_matches`].
+///
+/// # Errors
+/// As [`mark_sorted_matches`]; [`Error::LengthMismatch`] when `first` or `second` differ in
+/// length from the right keys.
+pub fn mark_sorted_matches_where_less<K: Key, T: Element + Ord>(
+    backend: &CudaBackend,
+    left_keys: &CudaView<'_, K>,
+    left_flags: Option<&CudaView<'_, u32>>,
+    right_keys: &CudaView<'_, K>,
+    (first, second): (&CudaView<'_, T>, &CudaView<'_, T>),
+    marks: &mut CudaViewMut<'_, u32>,
+    check: &mut OrderCheck,
+) -> Result<()> {
+    let m = right_keys.len();
+    crate::semi::check_lengths(
+        left_keys.len(),
+        left_flags.map(CudaView::len),
+        m,
+        Some(first.len()),
+        marks.len(),
+    )?;
+    Error::check_len("second vs right keys", m, second.len())?;
+    let names = if K::BITS == 32 {
+        [
+            "sorted_match_less_u32_u32",
+            "sorted_match_less_u32_u64",
+            "sorted_match_less_u32_i32",
+            "sorted_match_less_u32_i64",
+        ]
+    } else {
+        [
+            "sorted_match_less_u64_u32",
+            "sorted_match_less_u64_u64",
+            "sorted_match_less_u64_i32",
+            "sorted_match_less_u64_i64",
+        ]
+    };
+    let counts = [ptr(backend, first), ptr(backend, second)];
+    let kernel = by_type::<T>(names);
+    launch_sorted_match(
+        backend, kernel, left_keys, left_flags, right_keys, &counts, marks, check,
+    )
+}
+
+/// The two launches of a sorted match: the tiles' bounds, then `kernel`, which takes the
+/// addresses in `counts` (what makes a right row count) after the right keys. Lengths are
+/// checked by the callers.
+#[allow(clippy::too_many_arguments)]
+fn launch_sorted_match<K: Key>(
+    backend: &CudaBackend,
+    kernel: &'static str,
+    left_keys: &CudaView<'_, K>,
+    left_flags: Option<&CudaView<'_, u32>>,
+    right_keys: &CudaView<'_, K>,
+    counts: &[u64],
+    marks: &mut CudaViewMut<'_, u32>,
+    check: &mut OrderCheck,
+) -> Result<()> {
     let (n, m) = (left_keys.len() as u64, right_keys.len() as u64);
     if n == 0 {
         return Ok(());
@@ -533,15 +600,11 @@ pub fn mark_sorted_matches<K: Key>(
     unsafe { b.launch(backend.grid_stride_config(tiles as usize + 1, BLOCK)) }
         .map_err(driver("launching sorted-match bounds"))?;
     let lf = left_flags.map_or(0, |f| ptr(backend, f));
-    let rf = right_flags.map_or(0, |f| ptr(backend, f));
     let (mp, sp) = (
         ptr_mut(backend, marks),
         ptr_mut(backend, &mut check.word.view_mut()),
     );
-    let f = backend.function(
-        &KERNELS,
-        typed1(["sorted_match_u32", "sorted_match_u64"], K::BITS),
-    )?;
+    let f = backend.function(&KERNELS, kernel)?;
     let grid = u32::try_from(tiles).map_err(|_| Error::SizeOverflow("sorted match tiles"))?;
     let cfg = LaunchConfig {
         grid_dim: (grid, 1, 1),
@@ -549,17 +612,15 @@ pub fn mark_sorted_matches<K: Key>(
         shared_mem_bytes: 0,
     };
     let mut b = backend.stream().launch_builder(&f);
-    b.arg(&lp)
-        .arg(&lf)
-        .arg(&n)
-        .arg(&rp)
-        .arg(&rf)
-        .arg(&bp)
-        .arg(&mp)
-        .arg(&sp);
+    b.arg(&lp).arg(&lf).arg(&n).arg(&rp);
+    for c in counts {
+        b.arg(c);
+    }
+    b.arg(&bp).arg(&mp).arg(&sp);
     // SAFETY: a block a tile reads its left rows (< n), their flags (n, checked) and the right
-    // rows between its bounds; bounds outside 0..=m cannot occur (lower bounds of the right
-    // side, 0 and m), a reversed pair reads nothing; marks are written only at left rows.
+    // rows between its bounds, with their flags or predicate columns (m each, checked); bounds
+    // outside 0..=m cannot occur (lower bounds of the right side, 0 and m), a reversed pair
+    // reads nothing; marks are written only at left rows.
     unsafe { b.launch(cfg) }.map_err(driver("launching sorted match"))?;
     Ok(())
 }

@@ -11,7 +11,7 @@
 //! | gather of one or many columns by a `u32`/`u64` map, scatter; checked bounds | [`Gather`] | `kernels/gather.cu`: 16-byte map/output vectors, eight loads in flight per thread; clustered maps take the same kernel (they hit L2: no flag, no staging) |
 //! | predicate flags: a column within bounds, one column less than another (signed columns as signed) | [`Filter`] | `kernels/filter.cu`: grid-stride, one read of each column, one write of the flags |
 //! | stable compaction of columns by flags, row ids of set flags | [`Compact`] | `kernels/select.cu` (+ CUB scan); byte flags: CUB `DeviceSelect` in `cuda::select_flagged_u8` |
-//! | semi join of co-clustered inputs: marks of the (flagged) left rows of sorted unique keys with a (flagged) match in a sorted right column, order checked | [`SortedMatch`] | `kernels/semi.cu`: a block a tile of left rows in shared memory, its right rows streamed and binary-searched there |
+//! | semi join of co-clustered inputs: marks of the (flagged) left rows of sorted unique keys with a match in a sorted right column among rows flagged or passing `first < second` (read only where a wanted left row matched), order checked | [`SortedMatch`] | `kernels/semi.cu`: a block a tile of left rows in shared memory; each thread's run of right rows searched there, then galloped |
 //! | two `u32` columns as one `u64` column (`lo \| hi << 32`) and back | [`Interleave`] | `kernels/interleave.cu`: grid-stride, four rows per thread through 16-byte loads and stores |
 //! | lower/upper bounds in a sorted column, M:N range expansion into pairs | [`MergePath`] | `kernels/merge.cu`: binary search + gallop; expansion balanced over the output |
 //! | row ids (iota) | `Backend::iota` | `joinkit-cuda` runtime kernel |

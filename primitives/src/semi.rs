@@ -4,7 +4,7 @@
 //! column read once in order. Both sides may carry flags (a filter's output) so a predicate on
 //! either side needs no compaction first.
 
-use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result};
+use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key, Result};
 use rayon::prelude::*;
 
 /// Left rows per unit of work (one CUDA block's tile; a rayon task on the CPU).
@@ -33,6 +33,24 @@ pub trait SortedMatch: Backend {
         right_flags: Option<&Self::Buf<u32>>,
         marks: &mut Self::Buf<u32>,
     ) -> Result<()>;
+
+    /// [`SortedMatch::mark_sorted_matches`] where a right row counts when
+    /// `first[j] < second[j]` (TPC-H Q4's `l_commitdate < l_receiptdate`) instead of by a
+    /// flag: the predicate is read only for right rows that found a wanted left row, so a
+    /// selective left side leaves most of both columns unread, and no flags column is written.
+    ///
+    /// # Errors
+    /// As [`SortedMatch::mark_sorted_matches`]; [`Error::LengthMismatch`] when `first` or
+    /// `second` differ in length from the right keys.
+    fn mark_sorted_matches_where_less<K: Key, T: Element + Ord>(
+        &self,
+        left_keys: &Self::Buf<K>,
+        left_flags: Option<&Self::Buf<u32>>,
+        right_keys: &Self::Buf<K>,
+        first: &Self::Buf<T>,
+        second: &Self::Buf<T>,
+        marks: &mut Self::Buf<u32>,
+    ) -> Result<()>;
 }
 
 /// The errors of an out-of-order side, the same on both backends.
@@ -55,9 +73,47 @@ pub(crate) fn check_lengths(
         Error::check_len("left flags vs left keys", left, f)?;
     }
     if let Some(f) = right_flags {
-        Error::check_len("right flags vs right keys", right, f)?;
+        Error::check_len("right flags (or first) vs right keys", right, f)?;
     }
     Error::check_len("marks vs left keys", left, marks)
+}
+
+/// The CPU twin of both entries: `counts(j)` says whether right row `j` counts; it is asked
+/// only for right rows that found a wanted left row, as on the GPU.
+fn mark_on_cpu<K: Key>(
+    left_keys: &[K],
+    left_flags: Option<&[u32]>,
+    right_keys: &[K],
+    counts: impl Fn(usize) -> bool + Sync,
+    marks: &mut [u32],
+) -> Result<()> {
+    if left_keys.par_windows(2).any(|w| w[0] >= w[1]) {
+        return Err(left_unsorted());
+    }
+    if right_keys.par_windows(2).any(|w| w[0] > w[1]) {
+        return Err(right_unsorted());
+    }
+    let tiles = left_keys.par_chunks(SORTED_MATCH_TILE);
+    tiles
+        .zip(marks.par_chunks_mut(SORTED_MATCH_TILE))
+        .enumerate()
+        .for_each(|(t, (keys, marks))| {
+            let first = t * SORTED_MATCH_TILE;
+            // The tile's right rows: from its first key to its last.
+            let lo = right_keys.partition_point(|r| *r < keys[0]);
+            let hi = right_keys.partition_point(|r| *r <= keys[keys.len() - 1]);
+            let mut at = 0; // both sides ascend: the left position only moves forward
+            for (j, r) in (lo..hi).zip(&right_keys[lo..hi]) {
+                while keys[at] < *r {
+                    at += 1;
+                }
+                let wanted = keys[at] == *r && left_flags.is_none_or(|f| f[first + at] != 0);
+                if wanted && counts(j) {
+                    marks[at] = 1;
+                }
+            }
+        });
+    Ok(())
 }
 
 impl SortedMatch for CpuBackend {
@@ -76,36 +132,42 @@ impl SortedMatch for CpuBackend {
             right_flags.map(Vec::len),
             marks.len(),
         )?;
-        if left_keys.par_windows(2).any(|w| w[0] >= w[1]) {
-            return Err(left_unsorted());
-        }
-        if right_keys.par_windows(2).any(|w| w[0] > w[1]) {
-            return Err(right_unsorted());
-        }
-        let tiles = left_keys.par_chunks(SORTED_MATCH_TILE);
-        tiles
-            .zip(marks.par_chunks_mut(SORTED_MATCH_TILE))
-            .enumerate()
-            .for_each(|(t, (keys, marks))| {
-                let first = t * SORTED_MATCH_TILE;
-                // The tile's right rows: from its first key up to the next tile's first key.
-                let lo = right_keys.partition_point(|r| *r < keys[0]);
-                let hi = right_keys.partition_point(|r| *r <= keys[keys.len() - 1]);
-                let mut at = 0; // both sides ascend: the left position only moves forward
-                for (j, r) in right_keys[lo..hi].iter().enumerate() {
-                    if right_flags.is_some_and(|f| f[lo + j] == 0) {
-                        continue;
-                    }
-                    while keys[at] < *r {
-                        at += 1;
-                    }
-                    let wanted = left_flags.is_none_or(|f| f[first + at] != 0);
-                    if keys[at] == *r && wanted {
-                        marks[at] = 1;
-                    }
-                }
-            });
-        Ok(())
+        let counts = |j: usize| right_flags.is_none_or(|f| f[j] != 0);
+        mark_on_cpu(
+            left_keys,
+            left_flags.map(Vec::as_slice),
+            right_keys,
+            counts,
+            marks,
+        )
+    }
+
+    fn mark_sorted_matches_where_less<K: Key, T: Element + Ord>(
+        &self,
+        left_keys: &Vec<K>,
+        left_flags: Option<&Vec<u32>>,
+        right_keys: &Vec<K>,
+        first: &Vec<T>,
+        second: &Vec<T>,
+        marks: &mut Vec<u32>,
+    ) -> Result<()> {
+        let (n, m) = (left_keys.len(), right_keys.len());
+        check_lengths(
+            n,
+            left_flags.map(Vec::len),
+            m,
+            Some(first.len()),
+            marks.len(),
+        )?;
+        Error::check_len("second vs right keys", m, second.len())?;
+        let counts = |j: usize| first[j] < second[j];
+        mark_on_cpu(
+            left_keys,
+            left_flags.map(Vec::as_slice),
+            right_keys,
+            counts,
+            marks,
+        )
     }
 }
 
@@ -131,6 +193,28 @@ mod on_cuda {
                 left_flags.map(|f| f.view()).as_ref(),
                 &right_keys.view(),
                 right_flags.map(|f| f.view()).as_ref(),
+                &mut marks.view_mut(),
+                &mut check,
+            )?;
+            check.take(self)
+        }
+
+        fn mark_sorted_matches_where_less<K: Key, T: Element + Ord>(
+            &self,
+            left_keys: &DeviceBuffer<K>,
+            left_flags: Option<&DeviceBuffer<u32>>,
+            right_keys: &DeviceBuffer<K>,
+            first: &DeviceBuffer<T>,
+            second: &DeviceBuffer<T>,
+            marks: &mut DeviceBuffer<u32>,
+        ) -> Result<()> {
+            let mut check = cuda::OrderCheck::new(self)?;
+            cuda::mark_sorted_matches_where_less(
+                self,
+                &left_keys.view(),
+                left_flags.map(|f| f.view()).as_ref(),
+                &right_keys.view(),
+                (&first.view(), &second.view()),
                 &mut marks.view_mut(),
                 &mut check,
             )?;

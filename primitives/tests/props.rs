@@ -555,6 +555,14 @@ fn sorted_matches_equal_the_reference() {
                 cpu.mark_sorted_matches(&left, lfo, &right, rfo, &mut got)
                     .unwrap();
                 prop_assert_eq!(&got, &want);
+                // The same rows counted by a predicate: first < second exactly where the flag
+                // is set (signed: -1 < 0), or everywhere when the flags are not used.
+                let first: Vec<i32> = rf.iter().map(|&f| -i32::from(f != 0 || !use_rf)).collect();
+                let second = vec![0i32; right.len()];
+                let mut got = marks.clone();
+                cpu.mark_sorted_matches_where_less(&left, lfo, &right, &first, &second, &mut got)
+                    .unwrap();
+                prop_assert_eq!(&got, &want);
                 if let Some(g) = &gpu {
                     let (dl, dr) = (g.upload(&left).unwrap(), g.upload(&right).unwrap());
                     let (dlf, drf) = (g.upload(&lf).unwrap(), g.upload(&rf).unwrap());
@@ -564,6 +572,18 @@ fn sorted_matches_equal_the_reference() {
                         use_lf.then_some(&dlf),
                         &dr,
                         use_rf.then_some(&drf),
+                        &mut dm,
+                    )
+                    .unwrap();
+                    prop_assert_eq!(g.download(&dm).unwrap(), want.clone());
+                    let (d1, d2) = (g.upload(&first).unwrap(), g.upload(&second).unwrap());
+                    let mut dm = g.upload(&marks).unwrap();
+                    g.mark_sorted_matches_where_less(
+                        &dl,
+                        use_lf.then_some(&dlf),
+                        &dr,
+                        &d1,
+                        &d2,
                         &mut dm,
                     )
                     .unwrap();
@@ -591,6 +611,12 @@ fn unsorted_sides_are_errors() {
         };
         let cpu = CpuBackend::new();
         let on_cpu = run(&|l, r| cpu.mark_sorted_matches(l, None, r, None, &mut vec![0; l.len()]));
+        let dates = vec![0i32; sorted.len()];
+        let on_cpu_less = run(&|l, r| {
+            let mut marks = vec![0; l.len()];
+            cpu.mark_sorted_matches_where_less(l, None, r, &dates, &dates, &mut marks)
+        });
+        assert_eq!(format!("{on_cpu_less:?}"), format!("{on_cpu:?}"), "{at}");
         assert!(
             matches!(on_cpu.0, Err(Error::InvalidArgument(ref m)) if m.contains("left")),
             "{at}"
@@ -607,6 +633,16 @@ fn unsorted_sides_are_errors() {
                 g.mark_sorted_matches(&dl, None, &dr, None, &mut marks)
             });
             assert_eq!(format!("{on_gpu:?}"), format!("{on_cpu:?}"), "{at}");
+            let on_gpu_less = run(&|l, r| {
+                let (dl, dr, dd) = (
+                    g.upload(l).unwrap(),
+                    g.upload(r).unwrap(),
+                    g.upload(&dates).unwrap(),
+                );
+                let mut marks = g.upload(&vec![0u32; l.len()]).unwrap();
+                g.mark_sorted_matches_where_less(&dl, None, &dr, &dd, &dd, &mut marks)
+            });
+            assert_eq!(format!("{on_gpu_less:?}"), format!("{on_cpu:?}"), "{at}");
         }
     }
 }
