@@ -69,8 +69,17 @@ pub(crate) struct TpchQ4Args {
     /// hash (compaction and joinkit's left semi join).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "sorted")]
     semi_join: Vec<SemiJoin>,
-    /// Join this many copies of the tables, the keys of copy c shifted by c × (the largest key
-    /// + 1) so that both tables stay sorted and no order meets another copy's lines: tables of
+    /// Where the columns live while the query runs: `device` (uploaded before the clock
+    /// starts) or `host` (pinned host memory, a GPU only: orders copied in, then lineitem
+    /// streamed through in chunks on a copy stream while the merge runs on the last chunk;
+    /// the sorted plan).
+    #[arg(long, value_enum, default_value = "device")]
+    inputs: Inputs,
+    /// Lineitem rows a streamed chunk (`--inputs host`), as 2^26 or 67108864.
+    #[arg(long, default_value = "2^26", value_parser = crate::measure::parse_size)]
+    chunk_rows: usize,
+    /// Join this many copies of the tables, the keys of copy c shifted by c times one more than
+    /// the largest key, so that both tables stay sorted and no order meets another copy's lines: tables of
     /// N × SF rows with SF's distributions (where generating N × SF would not fit the host or
     /// the time), whose answer is N times SF's.
     #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -84,6 +93,15 @@ pub(crate) struct TpchQ4Args {
     /// the same data.
     #[arg(long)]
     write_parquet: Option<PathBuf>,
+}
+
+/// Where the columns live while the query runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Inputs {
+    /// Device memory, uploaded before the clock starts.
+    Device,
+    /// Pinned host memory, streamed to the GPU inside the timed query.
+    Host,
 }
 
 /// How the plan semi-joins orders with lineitem.
@@ -341,7 +359,7 @@ pub(crate) fn q4<B: Q4Backend>(
             (p, SemiJoin::Hash)
         }
     };
-    let (bins, group_ms) = b.timed(|| Ok(b.histogram_even(&priorities, 5, 0u32, 5)?))?;
+    let (bins, group_ms) = b.timed(|| b.histogram_even(&priorities, 5, 0u32, 5))?;
     let bins = b.download(&bins)?;
     let mut counts = [0u64; 5];
     counts
@@ -367,7 +385,16 @@ pub(crate) fn run(device: &Device, args: &TpchQ4Args, ctx: &mut Ctx) -> Result<(
     if let Some(dir) = &args.write_parquet {
         write_parquet(dir, &columns)?;
     }
-    with_backend!(device, b => measure(b, &columns, args, ctx))
+    match (args.inputs, device) {
+        (Inputs::Device, _) => with_backend!(device, b => measure(b, &columns, args, ctx)),
+        #[cfg(feature = "cuda")]
+        (Inputs::Host, Device::Cuda(g)) => host::measure(g, columns, args, ctx),
+        (Inputs::Host, _) => Err(BenchError::Usage(
+            "--inputs host streams host memory to a GPU; on the CPU every column is in host \
+             memory already (--inputs device)"
+                .into(),
+        )),
+    }
 }
 
 fn measure<B: Q4Backend>(
@@ -427,6 +454,231 @@ fn measure<B: Q4Backend>(
         );
     }
     Ok(())
+}
+
+/// Q4 over columns in pinned host memory, streamed to the GPU inside the query's time.
+#[cfg(feature = "cuda")]
+mod host {
+    use joinkit_cuda::cudarc::driver::CudaEvent;
+    use joinkit_cuda::{CudaBackend, PinnedBuffer, driver};
+    use joinkit_primitives::cuda::{OrderCheck, mark_sorted_matches_where_less};
+
+    use super::*;
+
+    /// Q4's columns in pinned host memory.
+    pub(super) struct PinnedQ4 {
+        o_orderkey: PinnedBuffer<u64>,
+        o_orderdate: PinnedBuffer<i32>,
+        o_orderpriority: PinnedBuffer<u32>,
+        l_orderkey: PinnedBuffer<u64>,
+        l_commitdate: PinnedBuffer<i32>,
+        l_receiptdate: PinnedBuffer<i32>,
+    }
+
+    impl PinnedQ4 {
+        pub(super) fn pin(g: &CudaBackend, c: &Q4Columns) -> Result<Self> {
+            Error::check_len("o_orderdate", c.o_orderkey.len(), c.o_orderdate.len())?;
+            Error::check_len(
+                "o_orderpriority",
+                c.o_orderkey.len(),
+                c.o_orderpriority.len(),
+            )?;
+            Error::check_len("l_commitdate", c.l_orderkey.len(), c.l_commitdate.len())?;
+            Error::check_len("l_receiptdate", c.l_orderkey.len(), c.l_receiptdate.len())?;
+            Ok(Self {
+                o_orderkey: g.pin(&c.o_orderkey)?,
+                o_orderdate: g.pin(&c.o_orderdate)?,
+                o_orderpriority: g.pin(&c.o_orderpriority)?,
+                l_orderkey: g.pin(&c.l_orderkey)?,
+                l_commitdate: g.pin(&c.l_commitdate)?,
+                l_receiptdate: g.pin(&c.l_receiptdate)?,
+            })
+        }
+
+        /// Bytes the query moves over the host link: every column once.
+        pub(super) fn bytes(&self) -> usize {
+            self.o_orderkey.len() * 16 + self.l_orderkey.len() * 16
+        }
+    }
+
+    /// One lineitem chunk's columns on the device.
+    struct Chunk {
+        keys: joinkit_cuda::DeviceBuffer<u64>,
+        first: joinkit_cuda::DeviceBuffer<i32>,
+        second: joinkit_cuda::DeviceBuffer<i32>,
+        /// Recorded on the compute stream after the merge that last read this chunk.
+        read: Option<CudaEvent>,
+    }
+
+    /// Runs Q4 with the sorted plan: orders copied to the device, lineitem streamed in chunks
+    /// of `chunk_rows` through two sets of device buffers, the copy of one chunk (on a stream
+    /// of its own) overlapping the merge of the one before; marks accumulate over chunks.
+    /// Each chunk's order is checked; the order across chunk edges is the caller's promise.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for tables out of order or no rows a chunk; allocation and
+    /// driver errors.
+    pub(super) fn q4_streamed(
+        g: &CudaBackend,
+        h: &PinnedQ4,
+        date: i32,
+        chunk_rows: usize,
+    ) -> joinkit_cuda::Result<Q4Run> {
+        if chunk_rows == 0 {
+            return Err(Error::InvalidArgument(
+                "--chunk-rows must be at least 1".into(),
+            ));
+        }
+        let compute = g.stream();
+        let copy = compute.fork().map_err(driver("forking a copy stream"))?;
+        let event = |s: &std::sync::Arc<joinkit_cuda::cudarc::driver::CudaStream>| {
+            s.record_event(None).map_err(driver("recording an event"))
+        };
+        let wait = |s: &std::sync::Arc<joinkit_cuda::cudarc::driver::CudaStream>, e: &CudaEvent| {
+            s.wait(e).map_err(driver("waiting for an event"))
+        };
+        let (n, m) = (h.o_orderkey.len(), h.l_orderkey.len());
+        let (run, ms) = g.timed(|| {
+            // The copy stream starts after the clock does.
+            wait(&copy, &event(compute)?)?;
+            let mut keys = g.alloc::<u64>(n)?;
+            let mut dates = g.alloc::<i32>(n)?;
+            let mut priorities = g.alloc::<u32>(n)?;
+            h.o_orderkey
+                .copy_range_to(0..n, &mut keys.view_mut(), &copy)?;
+            h.o_orderdate
+                .copy_range_to(0..n, &mut dates.view_mut(), &copy)?;
+            h.o_orderpriority
+                .copy_range_to(0..n, &mut priorities.view_mut(), &copy)?;
+            wait(compute, &event(&copy)?)?;
+            let o_flags = g.flag_range(&dates, date..plus_three_months(date))?;
+            let mut marks = g.alloc::<u32>(n)?;
+            g.fill(&mut marks, 0)?;
+            let rows = chunk_rows.min(m.max(1));
+            let mut chunks = Vec::with_capacity(2);
+            for _ in 0..2 {
+                chunks.push(Chunk {
+                    keys: g.alloc(rows)?,
+                    first: g.alloc(rows)?,
+                    second: g.alloc(rows)?,
+                    read: None,
+                });
+            }
+            let mut check = OrderCheck::new(g)?;
+            for (i, start) in (0..m).step_by(rows).enumerate() {
+                let range = start..(start + rows).min(m);
+                let c = &mut chunks[i % 2];
+                if let Some(e) = &c.read {
+                    wait(&copy, e)?;
+                }
+                let len = range.len();
+                h.l_orderkey.copy_range_to(
+                    range.clone(),
+                    &mut c.keys.view_mut().slice_mut(..len),
+                    &copy,
+                )?;
+                h.l_commitdate.copy_range_to(
+                    range.clone(),
+                    &mut c.first.view_mut().slice_mut(..len),
+                    &copy,
+                )?;
+                h.l_receiptdate.copy_range_to(
+                    range,
+                    &mut c.second.view_mut().slice_mut(..len),
+                    &copy,
+                )?;
+                wait(compute, &event(&copy)?)?;
+                mark_sorted_matches_where_less(
+                    g,
+                    &keys.view(),
+                    Some(&o_flags.view()),
+                    &c.keys.view().slice(..len),
+                    (&c.first.view().slice(..len), &c.second.view().slice(..len)),
+                    &mut marks.view_mut(),
+                    &mut check,
+                )?;
+                c.read = Some(event(compute)?);
+            }
+            check.take(g)?;
+            let joined = g.compact(&[&priorities], &marks)?.remove(0);
+            g.histogram_even(&joined, 5, 0u32, 5)
+        })?;
+        let bins = g.download(&run)?;
+        let mut counts = [0u64; 5];
+        counts
+            .iter_mut()
+            .zip(&bins)
+            .for_each(|(c, n)| *c = u64::from(*n));
+        Ok(Q4Run {
+            counts,
+            semi_join: SemiJoin::Sorted,
+            phases_ms: [0.0, ms, 0.0],
+        })
+    }
+
+    /// Pinned host-to-device bandwidth in GB/s: 1 GiB copied, median of 5 after one.
+    fn h2d_bandwidth(g: &CudaBackend) -> Result<f64> {
+        let n = 1usize << 28;
+        let host = g.pin(&vec![1u32; n])?;
+        let mut dev = g.alloc::<u32>(n)?;
+        let mut ms = (0..6)
+            .map(|_| {
+                g.timed(|| host.copy_range_to(0..n, &mut dev.view_mut(), g.stream()))
+                    .map(|r| r.1)
+            })
+            .collect::<joinkit_cuda::Result<Vec<_>>>()?;
+        ms.remove(0);
+        ms.sort_by(f64::total_cmp);
+        Ok((n * 4) as f64 / (ms[ms.len() / 2] * 1e-3) / 1e9)
+    }
+
+    pub(super) fn measure(
+        g: &CudaBackend,
+        columns: Q4Columns,
+        args: &TpchQ4Args,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if args.replicate != 1 || args.semi_join != [SemiJoin::Sorted] {
+            return Err(BenchError::Usage(
+                "--inputs host runs the sorted plan on one copy of the tables".into(),
+            ));
+        }
+        let h = PinnedQ4::pin(g, &columns)?;
+        drop(columns);
+        let bytes = h.bytes() as f64;
+        let h2d_gbs = h2d_bandwidth(g)?;
+        let floor_ms = bytes / (h2d_gbs * 1e9) * 1e3;
+        let runs = ctx.runs(10);
+        g.reset_peak_memory();
+        for _ in 0..runs.warmup {
+            q4_streamed(g, &h, args.date, args.chunk_rows)?;
+        }
+        let mut all = (0..runs.repeat)
+            .map(|_| q4_streamed(g, &h, args.date, args.chunk_rows))
+            .collect::<joinkit_cuda::Result<Vec<_>>>()?;
+        all.sort_by(|a, c| a.phases_ms[1].total_cmp(&c.phases_ms[1]));
+        let median = all.swap_remove(all.len() / 2);
+        let total = median.phases_ms[1];
+        let peak = g.memory().map(|m| m.peak_bytes as f64 / f64::from(1 << 20));
+        let mut row = Row::new("tpch-q4")
+            .with("sf", args.sf.map_or("files".to_string(), |s| s.to_string()))
+            .with("inputs", "host")
+            .with("chunk rows", args.chunk_rows)
+            .with("orders", h.o_orderkey.len())
+            .with("lineitems", h.l_orderkey.len());
+        for (name, n) in PRIORITIES.iter().zip(median.counts) {
+            row = row.with(name, n);
+        }
+        ctx.report.row(
+            row.with("total ms", total)
+                .with("input GB/s", bytes / (total * 1e-3) / 1e9)
+                .with("H2D GB/s", h2d_gbs)
+                .with("floor ms", floor_ms)
+                .with("x floor", total / floor_ms)
+                .with_opt("peak MiB", peak),
+        );
+        Ok(())
+    }
 }
 
 /// Writes `orders.parquet` and `lineitem.parquet` with Q4's columns.
@@ -795,6 +1047,25 @@ mod tests {
                 .unwrap()
             });
         }
+    }
+
+    /// Streamed from pinned host memory in chunks of odd sizes (many, one, a partial last):
+    /// the same answer as the tables in device memory, every quarter of a year.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn streamed_from_host_memory_equals_in_memory() {
+        let Some(g) = joinkit_cuda::testing::gpu_or_skip("tpch_q4_streamed") else {
+            return;
+        };
+        let c = q4_columns(0.01).unwrap();
+        let h = host::PinnedQ4::pin(&g, &c).unwrap();
+        for date in (1..=10).step_by(3).map(|m| days_from_civil(1996, m, 1)) {
+            for chunk in [997, 1 << 14, c.l_orderkey.len(), usize::MAX / 2] {
+                let got = host::q4_streamed(&g, &h, date, chunk).unwrap();
+                assert_eq!(got.counts, reference(&c, date), "{date} {chunk}");
+            }
+        }
+        assert!(host::q4_streamed(&g, &h, 0, 0).is_err());
     }
 
     #[test]

@@ -495,7 +495,10 @@ fn filter_i32() {
 /// Co-clustered inputs: left keys sorted unique, right keys sorted with runs (1-7 rows a key,
 /// as lineitem has), keys missing on either side, flags on neither, one or both sides, marks
 /// starting from random values (they accumulate); sizes around the tile.
-fn clustered() -> impl Strategy<Value = (Vec<u64>, Vec<u64>, Vec<u32>, Vec<u32>, Vec<u32>)> {
+/// Left keys, right keys, left flags, right flags, starting marks.
+type Clustered = (Vec<u64>, Vec<u64>, Vec<u32>, Vec<u32>, Vec<u32>);
+
+fn clustered() -> impl Strategy<Value = Clustered> {
     let keys = proptest::collection::btree_set(
         prop_oneof![0u64..20_000, Just(u64::MAX), Just(0)],
         0..6000,
@@ -606,9 +609,8 @@ fn unsorted_sides_are_errors() {
         left[at] = left[at - 1]; // a duplicate: not strictly ascending
         let mut right = sorted.clone();
         right.swap(at - 1, at);
-        let run = |b: &dyn Fn(&Vec<u64>, &Vec<u64>) -> Result<(), Error>| {
-            (b(&left, &sorted), b(&sorted, &right), b(&sorted, &sorted))
-        };
+        type Marker<'a> = &'a dyn Fn(&Vec<u64>, &Vec<u64>) -> Result<(), Error>;
+        let run = |b: Marker<'_>| (b(&left, &sorted), b(&sorted, &right), b(&sorted, &sorted));
         let cpu = CpuBackend::new();
         let on_cpu = run(&|l, r| cpu.mark_sorted_matches(l, None, r, None, &mut vec![0; l.len()]));
         let dates = vec![0i32; sorted.len()];

@@ -116,7 +116,7 @@ pub struct Q4Columns {
 /// Generates Q4's columns at `scale_factor`, each table once, in parallel parts.
 ///
 /// # Errors
-/// As [`column`]: a scale factor that is not a finite number above 0, or columns the host
+/// As [`column()`]: a scale factor that is not a finite number above 0, or columns the host
 /// cannot allocate (found before generating).
 pub fn q4_columns(scale_factor: f64) -> Result<Q4Columns> {
     if !(scale_factor.is_finite() && scale_factor > 0.0) {

@@ -4,6 +4,7 @@
 mod buffer;
 mod cache;
 mod module;
+mod pinned;
 mod scratch;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use cudarc::driver::{
 pub use buffer::DeviceBuffer;
 use cache::BufferCache;
 pub use module::KernelModule;
+pub use pinned::PinnedBuffer;
 pub use scratch::Scratch;
 
 use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
