@@ -75,6 +75,11 @@ pub(crate) struct TpchQ4Args {
     /// the sorted plan).
     #[arg(long, value_enum, default_value = "device")]
     inputs: Inputs,
+    /// With `--inputs host`: every column stored in host memory compressed by the cascaded
+    /// codec (a scheme sampled per column, a stream per chunk), copied compressed and decoded
+    /// on the GPU: fewer bytes over the host link (the talk compressed `l_orderkey`).
+    #[arg(long)]
+    compress: bool,
     /// Lineitem rows a streamed chunk (`--inputs host`), as 2^26 or 67108864.
     #[arg(long, default_value = "2^26", value_parser = crate::measure::parse_size)]
     chunk_rows: usize,
@@ -459,145 +464,419 @@ fn measure<B: Q4Backend>(
 /// Q4 over columns in pinned host memory, streamed to the GPU inside the query's time.
 #[cfg(feature = "cuda")]
 mod host {
-    use joinkit_cuda::cudarc::driver::CudaEvent;
-    use joinkit_cuda::{CudaBackend, PinnedBuffer, driver};
+    use std::ops::Range;
+    use std::sync::Arc;
+
+    use joinkit_codec::{Codec, CodecOptions, SelectorConfig};
+    use joinkit_cuda::cudarc::driver::{CudaEvent, CudaStream};
+    use joinkit_cuda::{CudaBackend, DeviceBuffer, PinnedBuffer, driver};
     use joinkit_primitives::cuda::{OrderCheck, mark_sorted_matches_where_less};
 
     use super::*;
 
+    /// A column in pinned host memory: raw, or one cascaded stream a chunk of rows.
+    enum HostColumn<T: Element> {
+        Raw(PinnedBuffer<T>),
+        Packed {
+            words: PinnedBuffer<u64>,
+            /// Each chunk's stream (word range) and rows, in row order; copies of a column that
+            /// needs no shift point at the same words.
+            chunks: Vec<(Range<usize>, Range<usize>)>,
+        },
+    }
+
+    impl<T: Element> HostColumn<T> {
+        /// Bytes a query moves over the host link for this column.
+        fn link_bytes(&self) -> usize {
+            match self {
+                HostColumn::Raw(p) => p.len() * size_of::<T>(),
+                HostColumn::Packed { chunks, .. } => chunks.iter().map(|c| c.0.len() * 8).sum(),
+            }
+        }
+    }
+
+    /// `copies` copies of `host` (keys of copy c plus c × `shift`), compressed on the GPU in
+    /// streams of `chunk_rows` rows with a scheme sampled from the column, kept pinned.
+    fn pack<T: Element>(
+        g: &CudaBackend,
+        host: &[T],
+        copies: usize,
+        shift: Option<fn(T, u64) -> T>,
+        span: u64,
+        chunk_rows: usize,
+    ) -> Result<HostColumn<T>> {
+        let bounds: Vec<usize> = (0..host.len())
+            .step_by(chunk_rows)
+            .chain([host.len()])
+            .collect();
+        let encode = |col: &[T]| -> Result<(Vec<u64>, Vec<Range<usize>>)> {
+            let dev = g.upload(col)?;
+            let scheme = g.select_scheme(&dev, &SelectorConfig::default())?.scheme;
+            let (words, ranges) =
+                g.compress_many(&dev, &bounds, &scheme, &CodecOptions::default())?;
+            Ok((g.download(&words)?, ranges))
+        };
+        let mut all = Vec::new();
+        let mut chunks = Vec::new();
+        let mut once = None;
+        for copy in 0..copies {
+            let rows = copy * host.len();
+            let (at, ranges) = match (shift, &once) {
+                (Some(f), _) => {
+                    let c = copy as u64 * span;
+                    let (words, ranges) =
+                        encode(&host.par_iter().map(|v| f(*v, c)).collect::<Vec<_>>())?;
+                    let at = all.len();
+                    all.extend_from_slice(&words);
+                    (at, ranges)
+                }
+                (None, Some(ranges)) => (0, Vec::clone(ranges)),
+                (None, None) => {
+                    let (words, ranges) = encode(host)?;
+                    all = words;
+                    once = Some(ranges.clone());
+                    (0, ranges)
+                }
+            };
+            for (k, r) in ranges.into_iter().enumerate() {
+                chunks.push((
+                    at + r.start..at + r.end,
+                    rows + bounds[k]..rows + bounds[k + 1],
+                ));
+            }
+        }
+        Ok(HostColumn::Packed {
+            words: g.pin(&all)?,
+            chunks,
+        })
+    }
+
     /// Q4's columns in pinned host memory.
     pub(super) struct PinnedQ4 {
-        o_orderkey: PinnedBuffer<u64>,
-        o_orderdate: PinnedBuffer<i32>,
-        o_orderpriority: PinnedBuffer<u32>,
-        l_orderkey: PinnedBuffer<u64>,
-        l_commitdate: PinnedBuffer<i32>,
-        l_receiptdate: PinnedBuffer<i32>,
+        o_orderkey: HostColumn<u64>,
+        o_orderdate: HostColumn<i32>,
+        o_orderpriority: HostColumn<u32>,
+        l_orderkey: HostColumn<u64>,
+        l_commitdate: HostColumn<i32>,
+        l_receiptdate: HostColumn<i32>,
+        orders: usize,
+        lines: usize,
+        /// Lineitem's chunks (rows), the same for its three columns.
+        line_chunks: Vec<Range<usize>>,
     }
 
     impl PinnedQ4 {
-        pub(super) fn pin(g: &CudaBackend, c: &Q4Columns) -> Result<Self> {
-            Error::check_len("o_orderdate", c.o_orderkey.len(), c.o_orderdate.len())?;
-            Error::check_len(
-                "o_orderpriority",
-                c.o_orderkey.len(),
-                c.o_orderpriority.len(),
-            )?;
-            Error::check_len("l_commitdate", c.l_orderkey.len(), c.l_commitdate.len())?;
-            Error::check_len("l_receiptdate", c.l_orderkey.len(), c.l_receiptdate.len())?;
+        /// Pins the columns raw (`packed` false, one copy) or compressed, `copies` times with
+        /// shifted keys (as `--replicate`), lineitem in chunks of `chunk_rows` rows.
+        pub(super) fn pin(
+            g: &CudaBackend,
+            c: &Q4Columns,
+            packed: bool,
+            copies: usize,
+            chunk_rows: usize,
+        ) -> Result<Self> {
+            let (n, m) = (c.o_orderkey.len(), c.l_orderkey.len());
+            Error::check_len("o_orderdate", n, c.o_orderdate.len())?;
+            Error::check_len("o_orderpriority", n, c.o_orderpriority.len())?;
+            Error::check_len("l_commitdate", m, c.l_commitdate.len())?;
+            Error::check_len("l_receiptdate", m, c.l_receiptdate.len())?;
+            if chunk_rows == 0 {
+                return Err(BenchError::Usage("--chunk-rows must be at least 1".into()));
+            }
+            let (orders, lines) = (n * copies, m * copies);
+            let line_chunks: Vec<Range<usize>> = (0..copies)
+                .flat_map(|copy| {
+                    (0..m)
+                        .step_by(chunk_rows)
+                        .map(move |s| copy * m + s..copy * m + (s + chunk_rows).min(m))
+                })
+                .collect();
+            if !packed {
+                if copies != 1 {
+                    return Err(BenchError::Usage(
+                        "--replicate with --inputs host needs --compress".into(),
+                    ));
+                }
+                return Ok(Self {
+                    o_orderkey: HostColumn::Raw(g.pin(&c.o_orderkey)?),
+                    o_orderdate: HostColumn::Raw(g.pin(&c.o_orderdate)?),
+                    o_orderpriority: HostColumn::Raw(g.pin(&c.o_orderpriority)?),
+                    l_orderkey: HostColumn::Raw(g.pin(&c.l_orderkey)?),
+                    l_commitdate: HostColumn::Raw(g.pin(&c.l_commitdate)?),
+                    l_receiptdate: HostColumn::Raw(g.pin(&c.l_receiptdate)?),
+                    orders,
+                    lines,
+                    line_chunks,
+                });
+            }
+            let top = c
+                .o_orderkey
+                .iter()
+                .chain(&c.l_orderkey)
+                .max()
+                .copied()
+                .unwrap_or(0);
+            let span = top + 1;
+            let shifted: Option<fn(u64, u64) -> u64> = Some(|k, s| k + s);
+            let orders_chunk = n.max(1); // orders are decoded whole: one stream a copy
             Ok(Self {
-                o_orderkey: g.pin(&c.o_orderkey)?,
-                o_orderdate: g.pin(&c.o_orderdate)?,
-                o_orderpriority: g.pin(&c.o_orderpriority)?,
-                l_orderkey: g.pin(&c.l_orderkey)?,
-                l_commitdate: g.pin(&c.l_commitdate)?,
-                l_receiptdate: g.pin(&c.l_receiptdate)?,
+                o_orderkey: pack(g, &c.o_orderkey, copies, shifted, span, orders_chunk)?,
+                o_orderdate: pack(g, &c.o_orderdate, copies, None, span, orders_chunk)?,
+                o_orderpriority: pack(g, &c.o_orderpriority, copies, None, span, orders_chunk)?,
+                l_orderkey: pack(g, &c.l_orderkey, copies, shifted, span, chunk_rows)?,
+                l_commitdate: pack(g, &c.l_commitdate, copies, None, span, chunk_rows)?,
+                l_receiptdate: pack(g, &c.l_receiptdate, copies, None, span, chunk_rows)?,
+                orders,
+                lines,
+                line_chunks,
             })
         }
 
-        /// Bytes the query moves over the host link: every column once.
-        pub(super) fn bytes(&self) -> usize {
-            self.o_orderkey.len() * 16 + self.l_orderkey.len() * 16
+        /// Bytes the query moves over the host link.
+        pub(super) fn link_bytes(&self) -> usize {
+            self.o_orderkey.link_bytes()
+                + self.o_orderdate.link_bytes()
+                + self.o_orderpriority.link_bytes()
+                + self.l_orderkey.link_bytes()
+                + self.l_commitdate.link_bytes()
+                + self.l_receiptdate.link_bytes()
         }
     }
 
-    /// One lineitem chunk's columns on the device.
-    struct Chunk {
-        keys: joinkit_cuda::DeviceBuffer<u64>,
-        first: joinkit_cuda::DeviceBuffer<i32>,
-        second: joinkit_cuda::DeviceBuffer<i32>,
-        /// Recorded on the compute stream after the merge that last read this chunk.
-        read: Option<CudaEvent>,
+    type Stream = Arc<CudaStream>;
+
+    fn event(s: &Stream) -> joinkit_cuda::Result<CudaEvent> {
+        s.record_event(None).map_err(driver("recording an event"))
     }
 
-    /// Runs Q4 with the sorted plan: orders copied to the device, lineitem streamed in chunks
-    /// of `chunk_rows` through two sets of device buffers, the copy of one chunk (on a stream
-    /// of its own) overlapping the merge of the one before; marks accumulate over chunks.
-    /// Each chunk's order is checked; the order across chunk edges is the caller's promise.
+    fn wait(s: &Stream, e: &CudaEvent) -> joinkit_cuda::Result<()> {
+        s.wait(e).map_err(driver("waiting for an event"))
+    }
+
+    /// A packed column's streams on the device, all copied up front on the copy stream (the
+    /// device holds them compressed), an event after each chunk's.
+    struct OnDevice {
+        words: DeviceBuffer<u64>,
+        /// Each chunk's stream in `words`.
+        streams: Vec<Range<usize>>,
+    }
+
+    /// Device room for a packed column's streams (nothing for a raw one).
+    fn alloc_packed<T: Element>(
+        g: &CudaBackend,
+        col: &HostColumn<T>,
+    ) -> joinkit_cuda::Result<Option<OnDevice>> {
+        let HostColumn::Packed { chunks, .. } = col else {
+            return Ok(None);
+        };
+        let mut streams = Vec::with_capacity(chunks.len());
+        let mut at = 0;
+        for (w, _) in chunks {
+            streams.push(at..at + w.len());
+            at += w.len();
+        }
+        Ok(Some(OnDevice {
+            words: g.alloc::<u64>(at)?,
+            streams,
+        }))
+    }
+
+    /// Queues the copy of stream `k` of a packed column on `copy`.
+    fn copy_stream<T: Element>(
+        col: &HostColumn<T>,
+        d: &mut OnDevice,
+        k: usize,
+        copy: &Stream,
+    ) -> joinkit_cuda::Result<()> {
+        if let HostColumn::Packed { words, chunks } = col {
+            let to = d.streams[k].clone();
+            words.copy_range_to(
+                chunks[k].0.clone(),
+                &mut d.words.view_mut().slice_mut(to),
+                copy,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// [`alloc_packed`] and every stream's copy queued.
+    fn copy_packed<T: Element>(
+        g: &CudaBackend,
+        col: &HostColumn<T>,
+        copy: &Stream,
+    ) -> joinkit_cuda::Result<Option<OnDevice>> {
+        let mut d = alloc_packed(g, col)?;
+        if let Some(d) = d.as_mut() {
+            for k in 0..d.streams.len() {
+                copy_stream(col, d, k, copy)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// Queues the copy of a whole column: raw straight into `out`, packed as its streams.
+    fn fetch_whole<T: Element>(
+        g: &CudaBackend,
+        col: &HostColumn<T>,
+        out: &mut DeviceBuffer<T>,
+        copy: &Stream,
+    ) -> joinkit_cuda::Result<Option<OnDevice>> {
+        match col {
+            HostColumn::Raw(p) => p
+                .copy_range_to(0..p.len(), &mut out.view_mut(), copy)
+                .map(|()| None),
+            HostColumn::Packed { .. } => copy_packed(g, col, copy),
+        }
+    }
+
+    /// Decodes a whole packed column (one stream a copy, the copies in row order) into `out`.
+    fn decode_whole<T: Element>(
+        g: &CudaBackend,
+        d: Option<&OnDevice>,
+        out: &mut DeviceBuffer<T>,
+    ) -> joinkit_cuda::Result<()> {
+        let Some(d) = d.filter(|d| !d.streams.is_empty()) else {
+            return Ok(());
+        };
+        let per = out.len() / d.streams.len();
+        for k in 0..d.streams.len() {
+            decode(
+                g,
+                d,
+                k,
+                &mut out.view_mut().slice_mut(k * per..(k + 1) * per),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Decodes stream `k` of a packed column into `out` (on the compute stream; synchronizes
+    /// it to read the stream's header).
+    fn decode<T: Element>(
+        g: &CudaBackend,
+        d: &OnDevice,
+        k: usize,
+        out: &mut joinkit_cuda::cudarc::driver::CudaViewMut<'_, T>,
+    ) -> joinkit_cuda::Result<()> {
+        let view = d.words.view();
+        let plan = joinkit_codec::cuda::plan_decompress::<T>(
+            g,
+            &view,
+            std::slice::from_ref(&d.streams[k]),
+            true,
+        )?;
+        joinkit_codec::cuda::finish_decompress(g, &view, &plan, out).map(drop)
+    }
+
+    /// Runs Q4 with the sorted plan from host memory: orders copied (and decoded) whole, then
+    /// lineitem chunk by chunk, each chunk's merge overlapping the copies of the next ones
+    /// (raw: two device chunk buffers, a chunk copied while the one before is merged; packed:
+    /// every stream copied up front, each decoded when it has arrived); marks accumulate over
+    /// chunks. Each chunk's order is checked; the order across chunk edges is the caller's
+    /// promise.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for tables out of order or no rows a chunk; allocation and
-    /// driver errors.
+    /// [`Error::InvalidArgument`] for tables out of order; [`Error::Corrupt`] for streams that
+    /// fail their checks; allocation and driver errors.
     pub(super) fn q4_streamed(
         g: &CudaBackend,
         h: &PinnedQ4,
         date: i32,
-        chunk_rows: usize,
     ) -> joinkit_cuda::Result<Q4Run> {
-        if chunk_rows == 0 {
-            return Err(Error::InvalidArgument(
-                "--chunk-rows must be at least 1".into(),
-            ));
-        }
         let compute = g.stream();
         let copy = compute.fork().map_err(driver("forking a copy stream"))?;
-        let event = |s: &std::sync::Arc<joinkit_cuda::cudarc::driver::CudaStream>| {
-            s.record_event(None).map_err(driver("recording an event"))
-        };
-        let wait = |s: &std::sync::Arc<joinkit_cuda::cudarc::driver::CudaStream>, e: &CudaEvent| {
-            s.wait(e).map_err(driver("waiting for an event"))
-        };
-        let (n, m) = (h.o_orderkey.len(), h.l_orderkey.len());
+        let (n, _) = (h.orders, h.lines);
         let (run, ms) = g.timed(|| {
-            // The copy stream starts after the clock does.
-            wait(&copy, &event(compute)?)?;
+            wait(&copy, &event(compute)?)?; // the copy stream starts after the clock does
             let mut keys = g.alloc::<u64>(n)?;
             let mut dates = g.alloc::<i32>(n)?;
             let mut priorities = g.alloc::<u32>(n)?;
-            h.o_orderkey
-                .copy_range_to(0..n, &mut keys.view_mut(), &copy)?;
-            h.o_orderdate
-                .copy_range_to(0..n, &mut dates.view_mut(), &copy)?;
-            h.o_orderpriority
-                .copy_range_to(0..n, &mut priorities.view_mut(), &copy)?;
-            wait(compute, &event(&copy)?)?;
+            let packed_orders = (
+                fetch_whole(g, &h.o_orderkey, &mut keys, &copy)?,
+                fetch_whole(g, &h.o_orderdate, &mut dates, &copy)?,
+                fetch_whole(g, &h.o_orderpriority, &mut priorities, &copy)?,
+            );
+            let orders_arrived = event(&copy)?;
+            // Packed lineitem: every chunk's three streams queued now, an event after each
+            // chunk; raw chunks are copied in the loop below, two buffers taking turns.
+            let mut packed_lines = (
+                alloc_packed(g, &h.l_orderkey)?,
+                alloc_packed(g, &h.l_commitdate)?,
+                alloc_packed(g, &h.l_receiptdate)?,
+            );
+            let mut arrived = Vec::new();
+            if let (Some(k), Some(c), Some(r)) = &mut packed_lines {
+                for i in 0..h.line_chunks.len() {
+                    copy_stream(&h.l_orderkey, k, i, &copy)?;
+                    copy_stream(&h.l_commitdate, c, i, &copy)?;
+                    copy_stream(&h.l_receiptdate, r, i, &copy)?;
+                    arrived.push(event(&copy)?);
+                }
+            }
+            wait(compute, &orders_arrived)?;
+            decode_whole(g, packed_orders.0.as_ref(), &mut keys)?;
+            decode_whole(g, packed_orders.1.as_ref(), &mut dates)?;
+            decode_whole(g, packed_orders.2.as_ref(), &mut priorities)?;
             let o_flags = g.flag_range(&dates, date..plus_three_months(date))?;
             let mut marks = g.alloc::<u32>(n)?;
             g.fill(&mut marks, 0)?;
-            let rows = chunk_rows.min(m.max(1));
-            let mut chunks = Vec::with_capacity(2);
+            let rows = h
+                .line_chunks
+                .iter()
+                .map(Range::len)
+                .max()
+                .unwrap_or(0)
+                .max(1);
+            let mut sets = Vec::with_capacity(2);
             for _ in 0..2 {
-                chunks.push(Chunk {
-                    keys: g.alloc(rows)?,
-                    first: g.alloc(rows)?,
-                    second: g.alloc(rows)?,
-                    read: None,
-                });
+                sets.push((
+                    g.alloc::<u64>(rows)?,
+                    g.alloc::<i32>(rows)?,
+                    g.alloc::<i32>(rows)?,
+                    None::<CudaEvent>,
+                ));
             }
             let mut check = OrderCheck::new(g)?;
-            for (i, start) in (0..m).step_by(rows).enumerate() {
-                let range = start..(start + rows).min(m);
-                let c = &mut chunks[i % 2];
-                if let Some(e) = &c.read {
-                    wait(&copy, e)?;
-                }
+            for (i, range) in h.line_chunks.iter().enumerate() {
                 let len = range.len();
-                h.l_orderkey.copy_range_to(
-                    range.clone(),
-                    &mut c.keys.view_mut().slice_mut(..len),
-                    &copy,
-                )?;
-                h.l_commitdate.copy_range_to(
-                    range.clone(),
-                    &mut c.first.view_mut().slice_mut(..len),
-                    &copy,
-                )?;
-                h.l_receiptdate.copy_range_to(
-                    range,
-                    &mut c.second.view_mut().slice_mut(..len),
-                    &copy,
-                )?;
-                wait(compute, &event(&copy)?)?;
+                let (lk, lc, lr, read) = &mut sets[i % 2];
+                match (
+                    &packed_lines,
+                    &h.l_orderkey,
+                    &h.l_commitdate,
+                    &h.l_receiptdate,
+                ) {
+                    ((Some(k), Some(c), Some(r)), ..) => {
+                        wait(compute, &arrived[i])?;
+                        decode(g, k, i, &mut lk.view_mut().slice_mut(..len))?;
+                        decode(g, c, i, &mut lc.view_mut().slice_mut(..len))?;
+                        decode(g, r, i, &mut lr.view_mut().slice_mut(..len))?;
+                    }
+                    (_, HostColumn::Raw(k), HostColumn::Raw(c), HostColumn::Raw(r)) => {
+                        if let Some(e) = read.as_ref() {
+                            wait(&copy, e)?;
+                        }
+                        k.copy_range_to(range.clone(), &mut lk.view_mut().slice_mut(..len), &copy)?;
+                        c.copy_range_to(range.clone(), &mut lc.view_mut().slice_mut(..len), &copy)?;
+                        r.copy_range_to(range.clone(), &mut lr.view_mut().slice_mut(..len), &copy)?;
+                        wait(compute, &event(&copy)?)?;
+                    }
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            "lineitem's columns are stored alike".into(),
+                        ));
+                    }
+                }
                 mark_sorted_matches_where_less(
                     g,
                     &keys.view(),
                     Some(&o_flags.view()),
-                    &c.keys.view().slice(..len),
-                    (&c.first.view().slice(..len), &c.second.view().slice(..len)),
+                    &lk.view().slice(..len),
+                    (&lc.view().slice(..len), &lr.view().slice(..len)),
                     &mut marks.view_mut(),
                     &mut check,
                 )?;
-                c.read = Some(event(compute)?);
+                *read = Some(event(compute)?);
             }
             check.take(g)?;
             let joined = g.compact(&[&priorities], &marks)?.remove(0);
@@ -615,7 +894,6 @@ mod host {
             phases_ms: [0.0, ms, 0.0],
         })
     }
-
     /// Pinned host-to-device bandwidth in GB/s: 1 GiB copied, median of 5 after one.
     fn h2d_bandwidth(g: &CudaBackend) -> Result<f64> {
         let n = 1usize << 28;
@@ -638,23 +916,26 @@ mod host {
         args: &TpchQ4Args,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if args.replicate != 1 || args.semi_join != [SemiJoin::Sorted] {
+        if args.semi_join != [SemiJoin::Sorted] {
             return Err(BenchError::Usage(
-                "--inputs host runs the sorted plan on one copy of the tables".into(),
+                "--inputs host runs the sorted plan (--semi-join sorted)".into(),
             ));
         }
-        let h = PinnedQ4::pin(g, &columns)?;
+        let copies = args.replicate as usize;
+        let h = PinnedQ4::pin(g, &columns, args.compress, copies, args.chunk_rows)?;
         drop(columns);
-        let bytes = h.bytes() as f64;
+        // Floor: the bytes over the link at its measured rate; input bytes: the raw columns.
+        let link = h.link_bytes() as f64;
+        let input = ((h.orders + h.lines) * 16) as f64;
         let h2d_gbs = h2d_bandwidth(g)?;
-        let floor_ms = bytes / (h2d_gbs * 1e9) * 1e3;
+        let floor_ms = link / (h2d_gbs * 1e9) * 1e3;
         let runs = ctx.runs(10);
         g.reset_peak_memory();
         for _ in 0..runs.warmup {
-            q4_streamed(g, &h, args.date, args.chunk_rows)?;
+            q4_streamed(g, &h, args.date)?;
         }
         let mut all = (0..runs.repeat)
-            .map(|_| q4_streamed(g, &h, args.date, args.chunk_rows))
+            .map(|_| q4_streamed(g, &h, args.date))
             .collect::<joinkit_cuda::Result<Vec<_>>>()?;
         all.sort_by(|a, c| a.phases_ms[1].total_cmp(&c.phases_ms[1]));
         let median = all.swap_remove(all.len() / 2);
@@ -662,16 +943,26 @@ mod host {
         let peak = g.memory().map(|m| m.peak_bytes as f64 / f64::from(1 << 20));
         let mut row = Row::new("tpch-q4")
             .with("sf", args.sf.map_or("files".to_string(), |s| s.to_string()))
-            .with("inputs", "host")
+            .with("copies", args.replicate)
+            .with(
+                "inputs",
+                if args.compress {
+                    "host, compressed"
+                } else {
+                    "host"
+                },
+            )
             .with("chunk rows", args.chunk_rows)
-            .with("orders", h.o_orderkey.len())
-            .with("lineitems", h.l_orderkey.len());
+            .with("orders", h.orders)
+            .with("lineitems", h.lines);
         for (name, n) in PRIORITIES.iter().zip(median.counts) {
             row = row.with(name, n);
         }
         ctx.report.row(
             row.with("total ms", total)
-                .with("input GB/s", bytes / (total * 1e-3) / 1e9)
+                .with("link GB", link / 1e9)
+                .with("ratio", input / link)
+                .with("input GB/s", input / (total * 1e-3) / 1e9)
                 .with("H2D GB/s", h2d_gbs)
                 .with("floor ms", floor_ms)
                 .with("x floor", total / floor_ms)
@@ -1049,8 +1340,9 @@ mod tests {
         }
     }
 
-    /// Streamed from pinned host memory in chunks of odd sizes (many, one, a partial last):
-    /// the same answer as the tables in device memory, every quarter of a year.
+    /// Streamed from pinned host memory, raw or compressed, in chunks of odd sizes (many,
+    /// one, a partial last), and compressed copies with shifted keys: the reference's answer
+    /// (times the copies) for four quarters.
     #[cfg(feature = "cuda")]
     #[test]
     fn streamed_from_host_memory_equals_in_memory() {
@@ -1058,14 +1350,18 @@ mod tests {
             return;
         };
         let c = q4_columns(0.01).unwrap();
-        let h = host::PinnedQ4::pin(&g, &c).unwrap();
-        for date in (1..=10).step_by(3).map(|m| days_from_civil(1996, m, 1)) {
+        for (packed, copies) in [(false, 1), (true, 1), (true, 3)] {
             for chunk in [997, 1 << 14, c.l_orderkey.len(), usize::MAX / 2] {
-                let got = host::q4_streamed(&g, &h, date, chunk).unwrap();
-                assert_eq!(got.counts, reference(&c, date), "{date} {chunk}");
+                let h = host::PinnedQ4::pin(&g, &c, packed, copies, chunk).unwrap();
+                for date in (1..=10).step_by(3).map(|m| days_from_civil(1996, m, 1)) {
+                    let got = host::q4_streamed(&g, &h, date).unwrap();
+                    let want = reference(&c, date).map(|n| n * copies as u64);
+                    assert_eq!(got.counts, want, "{date} {chunk} {packed} {copies}");
+                }
             }
         }
-        assert!(host::q4_streamed(&g, &h, 0, 0).is_err());
+        assert!(host::PinnedQ4::pin(&g, &c, false, 1, 0).is_err());
+        assert!(host::PinnedQ4::pin(&g, &c, false, 2, 1 << 14).is_err());
     }
 
     #[test]
