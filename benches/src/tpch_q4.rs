@@ -25,8 +25,10 @@
 //!
 //! Columns come from `tpchgen` at `--sf` (or Parquet files, `--parquet DIR`), encoded as the
 //! NVIDIA talk did: 8-byte keys, dates as 4-byte day numbers, the priority as a 4-byte code
-//! (joinkit's columns are 4 or 8 bytes wide). They are uploaded first, outside the timings: the
-//! times are the query's on columns in device memory. GB/s is input bytes (the six columns)
+//! (joinkit's columns are 4 or 8 bytes wide). By default they are uploaded first, outside the
+//! timings: the times are the query's on columns in device memory. With `--inputs host` they
+//! stay in pinned host memory (raw, or with `--compress` as cascaded-codec streams) and the
+//! query copies them in itself, `lineitem` in chunks under the merge. GB/s is input bytes (the six columns)
 //! over the query's time, the talk's metric; the bytes floor is those bytes over the measured
 //! copy bandwidth (which counts bytes read and written), i.e. reading every column once.
 
