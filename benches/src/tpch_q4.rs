@@ -82,6 +82,11 @@ pub(crate) struct TpchQ4Args {
     /// on the GPU: fewer bytes over the host link (the talk compressed `l_orderkey`).
     #[arg(long)]
     compress: bool,
+    /// GPUs to spread the query over, ordinals comma separated (0,1,2,3): the tables are split
+    /// by order key (both are sorted on it, so no row moves between GPUs), each GPU runs the
+    /// sorted plan on its part, and the five counts are summed by an all-reduce over NCCL.
+    #[arg(long, value_delimiter = ',')]
+    gpus: Vec<usize>,
     /// Lineitem rows a streamed chunk (`--inputs host`), as 2^26 or 67108864.
     #[arg(long, default_value = "2^26", value_parser = crate::measure::parse_size)]
     chunk_rows: usize,
@@ -217,20 +222,7 @@ impl<B: Backend> Q4Tables<B> {
         )?;
         Error::check_len("l_commitdate vs l_orderkey", lines, c.l_commitdate.len())?;
         Error::check_len("l_receiptdate vs l_orderkey", lines, c.l_receiptdate.len())?;
-        let top = c
-            .o_orderkey
-            .iter()
-            .chain(&c.l_orderkey)
-            .max()
-            .copied()
-            .unwrap_or(0);
-        let span = top
-            .checked_add(1)
-            .ok_or(Error::SizeOverflow("shifted keys"))?;
-        let last_shift = span.checked_mul(copies.saturating_sub(1) as u64);
-        if last_shift.and_then(|s| s.checked_add(top)).is_none() {
-            return Err(Error::SizeOverflow("shifted keys").into());
-        }
+        let span = key_span(c, copies)?;
         let keys = |k: &[u64]| -> Result<B::Buf<u64>> {
             copied(b, k.len(), copies, |copy| {
                 let shift = span * copy as u64;
@@ -249,6 +241,28 @@ impl<B: Backend> Q4Tables<B> {
 
     fn rows(&self) -> (usize, usize) {
         (self.o_orderkey.len(), self.l_orderkey.len())
+    }
+}
+
+/// The shift between copies of the tables (`--replicate`): one more than the largest key.
+///
+/// # Errors
+/// [`Error::SizeOverflow`] when the last copy's keys would pass `u64::MAX`.
+fn key_span(c: &Q4Columns, copies: usize) -> Result<u64> {
+    let top = c
+        .o_orderkey
+        .iter()
+        .chain(&c.l_orderkey)
+        .max()
+        .copied()
+        .unwrap_or(0);
+    let span = top
+        .checked_add(1)
+        .ok_or(Error::SizeOverflow("shifted keys"))?;
+    let last = span.checked_mul(copies.saturating_sub(1) as u64);
+    match last.and_then(|s| s.checked_add(top)) {
+        Some(_) => Ok(span),
+        None => Err(Error::SizeOverflow("shifted keys").into()),
     }
 }
 
@@ -391,6 +405,14 @@ pub(crate) fn run(device: &Device, args: &TpchQ4Args, ctx: &mut Ctx) -> Result<(
     };
     if let Some(dir) = &args.write_parquet {
         write_parquet(dir, &columns)?;
+    }
+    if !args.gpus.is_empty() {
+        #[cfg(feature = "cuda")]
+        return multi::measure(columns, args, ctx);
+        #[cfg(not(feature = "cuda"))]
+        return Err(BenchError::Usage(
+            "--gpus needs a build with the cuda feature".into(),
+        ));
     }
     match (args.inputs, device) {
         (Inputs::Device, _) => with_backend!(device, b => measure(b, &columns, args, ctx)),
@@ -611,14 +633,7 @@ mod host {
                     line_chunks,
                 });
             }
-            let top = c
-                .o_orderkey
-                .iter()
-                .chain(&c.l_orderkey)
-                .max()
-                .copied()
-                .unwrap_or(0);
-            let span = top + 1;
+            let span = key_span(c, copies)?;
             let shifted: Option<fn(u64, u64) -> u64> = Some(|k, s| k + s);
             let orders_chunk = n.max(1); // orders are decoded whole: one stream a copy
             Ok(Self {
@@ -701,33 +716,32 @@ mod host {
         Ok(())
     }
 
-    /// [`alloc_packed`] and every stream's copy queued.
-    fn copy_packed<T: Element>(
-        g: &CudaBackend,
-        col: &HostColumn<T>,
-        copy: &Stream,
-    ) -> joinkit_cuda::Result<Option<OnDevice>> {
-        let mut d = alloc_packed(g, col)?;
-        if let Some(d) = d.as_mut() {
-            for k in 0..d.streams.len() {
-                copy_stream(col, d, k, copy)?;
-            }
-        }
-        Ok(d)
-    }
-
-    /// Queues the copy of a whole column: raw straight into `out`, packed as its streams.
+    /// Queues the copy of a whole column: raw straight into `out`, packed as its streams into
+    /// the room `alloc_packed` made.
     fn fetch_whole<T: Element>(
-        g: &CudaBackend,
         col: &HostColumn<T>,
+        packed: Option<&mut OnDevice>,
         out: &mut DeviceBuffer<T>,
         copy: &Stream,
-    ) -> joinkit_cuda::Result<Option<OnDevice>> {
-        match col {
-            HostColumn::Raw(p) => p
-                .copy_range_to(0..p.len(), &mut out.view_mut(), copy)
-                .map(|()| None),
-            HostColumn::Packed { .. } => copy_packed(g, col, copy),
+    ) -> joinkit_cuda::Result<()> {
+        match (col, packed) {
+            (HostColumn::Raw(p), _) => p.copy_range_to(0..p.len(), &mut out.view_mut(), copy),
+            (HostColumn::Packed { .. }, Some(d)) => {
+                (0..d.streams.len()).try_for_each(|k| copy_stream(col, d, k, copy))
+            }
+            (HostColumn::Packed { .. }, None) => Err(Error::InvalidArgument(
+                "a packed column without its device room".into(),
+            )),
+        }
+    }
+
+    /// Waits for a stream when dropped.
+    struct SyncOnDrop<'a>(&'a Stream);
+
+    impl Drop for SyncOnDrop<'_> {
+        fn drop(&mut self) {
+            // An error here is the context's, reported by its next call.
+            let _ = self.0.synchronize();
         }
     }
 
@@ -787,41 +801,23 @@ mod host {
     ) -> joinkit_cuda::Result<Q4Run> {
         let compute = g.stream();
         let copy = compute.fork().map_err(driver("forking a copy stream"))?;
-        let (n, _) = (h.orders, h.lines);
+        let n = h.orders;
         let (run, ms) = g.timed(|| {
-            wait(&copy, &event(compute)?)?; // the copy stream starts after the clock does
+            // Every buffer the copy stream writes is allocated first, on the compute stream,
+            // which the copy stream then waits for (also: it starts after the clock does).
             let mut keys = g.alloc::<u64>(n)?;
             let mut dates = g.alloc::<i32>(n)?;
             let mut priorities = g.alloc::<u32>(n)?;
-            let packed_orders = (
-                fetch_whole(g, &h.o_orderkey, &mut keys, &copy)?,
-                fetch_whole(g, &h.o_orderdate, &mut dates, &copy)?,
-                fetch_whole(g, &h.o_orderpriority, &mut priorities, &copy)?,
+            let mut packed_orders = (
+                alloc_packed(g, &h.o_orderkey)?,
+                alloc_packed(g, &h.o_orderdate)?,
+                alloc_packed(g, &h.o_orderpriority)?,
             );
-            let orders_arrived = event(&copy)?;
-            // Packed lineitem: every chunk's three streams queued now, an event after each
-            // chunk; raw chunks are copied in the loop below, two buffers taking turns.
             let mut packed_lines = (
                 alloc_packed(g, &h.l_orderkey)?,
                 alloc_packed(g, &h.l_commitdate)?,
                 alloc_packed(g, &h.l_receiptdate)?,
             );
-            let mut arrived = Vec::new();
-            if let (Some(k), Some(c), Some(r)) = &mut packed_lines {
-                for i in 0..h.line_chunks.len() {
-                    copy_stream(&h.l_orderkey, k, i, &copy)?;
-                    copy_stream(&h.l_commitdate, c, i, &copy)?;
-                    copy_stream(&h.l_receiptdate, r, i, &copy)?;
-                    arrived.push(event(&copy)?);
-                }
-            }
-            wait(compute, &orders_arrived)?;
-            decode_whole(g, packed_orders.0.as_ref(), &mut keys)?;
-            decode_whole(g, packed_orders.1.as_ref(), &mut dates)?;
-            decode_whole(g, packed_orders.2.as_ref(), &mut priorities)?;
-            let o_flags = g.flag_range(&dates, date..plus_three_months(date))?;
-            let mut marks = g.alloc::<u32>(n)?;
-            g.fill(&mut marks, 0)?;
             let rows = h
                 .line_chunks
                 .iter()
@@ -838,6 +834,37 @@ mod host {
                     None::<CudaEvent>,
                 ));
             }
+            let mut marks = g.alloc::<u32>(n)?;
+            g.fill(&mut marks, 0)?;
+            wait(&copy, &event(compute)?)?;
+            // Declared after the buffers, so dropped before them: whatever returns early, no
+            // buffer goes back while the copy stream may still write into it.
+            let _copies_done = SyncOnDrop(&copy);
+            fetch_whole(&h.o_orderkey, packed_orders.0.as_mut(), &mut keys, &copy)?;
+            fetch_whole(&h.o_orderdate, packed_orders.1.as_mut(), &mut dates, &copy)?;
+            fetch_whole(
+                &h.o_orderpriority,
+                packed_orders.2.as_mut(),
+                &mut priorities,
+                &copy,
+            )?;
+            let orders_arrived = event(&copy)?;
+            // Packed lineitem: every chunk's three streams queued now, an event after each
+            // chunk; raw chunks are copied in the loop below, two buffers taking turns.
+            let mut arrived = Vec::new();
+            if let (Some(k), Some(c), Some(r)) = &mut packed_lines {
+                for i in 0..h.line_chunks.len() {
+                    copy_stream(&h.l_orderkey, k, i, &copy)?;
+                    copy_stream(&h.l_commitdate, c, i, &copy)?;
+                    copy_stream(&h.l_receiptdate, r, i, &copy)?;
+                    arrived.push(event(&copy)?);
+                }
+            }
+            wait(compute, &orders_arrived)?;
+            decode_whole(g, packed_orders.0.as_ref(), &mut keys)?;
+            decode_whole(g, packed_orders.1.as_ref(), &mut dates)?;
+            decode_whole(g, packed_orders.2.as_ref(), &mut priorities)?;
+            let o_flags = g.flag_range(&dates, date..plus_three_months(date))?;
             let mut check = OrderCheck::new(g)?;
             for (i, range) in h.line_chunks.iter().enumerate() {
                 let len = range.len();
@@ -969,6 +996,174 @@ mod host {
                 .with("floor ms", floor_ms)
                 .with("x floor", total / floor_ms)
                 .with_opt("peak MiB", peak),
+        );
+        Ok(())
+    }
+}
+
+/// The tables split into `parts` by order key: `orders` in parts of equal rows, `lineitem` at
+/// the first line of each part's first order, so every line lies with its order.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `o_orderkey` is not strictly ascending or `l_orderkey` not
+/// ascending (a split by key would separate lines from their orders), or for no parts.
+pub(crate) fn split_by_order(c: &Q4Columns, parts: usize) -> Result<Vec<Q4Columns>> {
+    if parts == 0 {
+        return Err(Error::InvalidArgument("split into no parts".into()).into());
+    }
+    let sorted = !c.o_orderkey.par_windows(2).any(|w| w[0] >= w[1])
+        && !c.l_orderkey.par_windows(2).any(|w| w[0] > w[1]);
+    if !sorted {
+        return Err(Error::InvalidArgument(
+            "splitting Q4 over GPUs needs orders and lineitem sorted by order key".into(),
+        )
+        .into());
+    }
+    let n = c.o_orderkey.len();
+    let order_at = |p: usize| p * n / parts;
+    let line_at = |p: usize| match p {
+        0 => 0,
+        p if p == parts => c.l_orderkey.len(),
+        p => c
+            .l_orderkey
+            .partition_point(|k| *k < c.o_orderkey.get(order_at(p)).copied().unwrap_or(u64::MAX)),
+    };
+    Ok((0..parts)
+        .map(|p| {
+            let (o, l) = (order_at(p)..order_at(p + 1), line_at(p)..line_at(p + 1));
+            Q4Columns {
+                o_orderkey: c.o_orderkey[o.clone()].to_vec(),
+                o_orderdate: c.o_orderdate[o.clone()].to_vec(),
+                o_orderpriority: c.o_orderpriority[o].to_vec(),
+                l_orderkey: c.l_orderkey[l.clone()].to_vec(),
+                l_commitdate: c.l_commitdate[l.clone()].to_vec(),
+                l_receiptdate: c.l_receiptdate[l].to_vec(),
+            }
+        })
+        .collect())
+}
+
+/// Q4 on several GPUs of one process, a rank each, through NCCL.
+#[cfg(feature = "cuda")]
+mod multi {
+    use joinkit_comm::nccl::NcclComm;
+    use joinkit_comm::{CommConfig, Communicator, ReduceOp};
+    use joinkit_cuda::CudaBackend;
+
+    use super::*;
+
+    /// One rank's runs: its time of each, and the summed counts.
+    struct RankRuns {
+        ms: Vec<f64>,
+        counts: [u64; 5],
+        rows: (usize, usize),
+    }
+
+    fn rank(
+        b: &CudaBackend,
+        comm: &NcclComm,
+        part: &Q4Columns,
+        args: &TpchQ4Args,
+        runs: usize,
+    ) -> Result<RankRuns> {
+        let copies = args.replicate as usize;
+        let mut run: Box<dyn FnMut() -> joinkit_cuda::Result<Q4Run>> = match args.inputs {
+            Inputs::Device => {
+                let t = Q4Tables::upload(b, part, copies)?;
+                Box::new(move || {
+                    q4(b, &t, args.date, SemiJoin::Sorted).map_err(|e| match e {
+                        BenchError::Joinkit(e) => e,
+                        e => Error::InvalidArgument(e.to_string()),
+                    })
+                })
+            }
+            Inputs::Host => {
+                let h = host::PinnedQ4::pin(b, part, args.compress, copies, args.chunk_rows)?;
+                Box::new(move || host::q4_streamed(b, &h, args.date))
+            }
+        };
+        let mut ms = Vec::with_capacity(runs);
+        let mut counts = [0u64; 5];
+        for _ in 0..runs {
+            comm.barrier()?; // every rank starts together
+            let r = run()?;
+            ms.push(r.phases_ms.iter().sum());
+            let summed = comm.all_reduce(&r.counts, ReduceOp::Sum)?;
+            counts.iter_mut().zip(summed).for_each(|(c, s)| *c = s);
+        }
+        let rows = (
+            part.o_orderkey.len() * copies,
+            part.l_orderkey.len() * copies,
+        );
+        Ok(RankRuns { ms, counts, rows })
+    }
+
+    pub(super) fn measure(columns: Q4Columns, args: &TpchQ4Args, ctx: &mut Ctx) -> Result<()> {
+        if args.semi_join != [SemiJoin::Sorted] {
+            return Err(BenchError::Usage(
+                "--gpus runs the sorted plan (--semi-join sorted)".into(),
+            ));
+        }
+        let parts = split_by_order(&columns, args.gpus.len())?;
+        drop(columns);
+        let backends = args
+            .gpus
+            .iter()
+            .map(|&g| CudaBackend::new(g))
+            .collect::<joinkit_cuda::Result<Vec<_>>>()?;
+        let comms = NcclComm::init_all(&backends, CommConfig::default())?;
+        let runs = ctx.runs(10);
+        let total_runs = runs.warmup + runs.repeat;
+        let results: Vec<Result<RankRuns>> = std::thread::scope(|s| {
+            let handles: Vec<_> = backends
+                .iter()
+                .zip(comms)
+                .zip(&parts)
+                .map(|((b, comm), part)| s.spawn(move || rank(b, &comm, part, args, total_runs)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(BenchError::Ranks("a rank panicked".into())))
+                })
+                .collect()
+        });
+        let ranks = results.into_iter().collect::<Result<Vec<_>>>()?;
+        // A run's time is its slowest rank's; the median run by that, with its fastest rank.
+        let mut by_run: Vec<(f64, f64)> = (runs.warmup..total_runs)
+            .map(|i| {
+                let ms = ranks.iter().map(|r| r.ms[i]);
+                (ms.clone().fold(0.0, f64::max), ms.fold(f64::MAX, f64::min))
+            })
+            .collect();
+        by_run.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (total, fastest) = by_run[by_run.len() / 2];
+        let (orders, lines) = ranks
+            .iter()
+            .fold((0, 0), |a, r| (a.0 + r.rows.0, a.1 + r.rows.1));
+        let input = ((orders + lines) * 16) as f64;
+        let mut row = Row::new("tpch-q4")
+            .with("sf", args.sf.map_or("files".to_string(), |s| s.to_string()))
+            .with("copies", args.replicate)
+            .with("gpus", args.gpus.len())
+            .with(
+                "inputs",
+                match (args.inputs, args.compress) {
+                    (Inputs::Device, _) => "device",
+                    (Inputs::Host, false) => "host",
+                    (Inputs::Host, true) => "host, compressed",
+                },
+            )
+            .with("orders", orders)
+            .with("lineitems", lines);
+        for (name, n) in PRIORITIES.iter().zip(ranks[0].counts) {
+            row = row.with(name, n);
+        }
+        ctx.report.row(
+            row.with("total ms", total)
+                .with("input GB/s", input / (total * 1e-3) / 1e9)
+                .with("fastest rank ms", fastest),
         );
         Ok(())
     }
@@ -1364,6 +1559,34 @@ mod tests {
         }
         assert!(host::PinnedQ4::pin(&g, &c, false, 1, 0).is_err());
         assert!(host::PinnedQ4::pin(&g, &c, false, 2, 1 << 14).is_err());
+    }
+
+    /// Parts split by order key answer, summed, what the whole tables answer; out-of-order
+    /// tables are refused, not split wrongly.
+    #[test]
+    fn split_parts_sum_to_the_whole() {
+        let c = q4_columns(0.01).unwrap();
+        let cpu = CpuBackend::new();
+        let date = parse_date("1996-07-01").unwrap();
+        for parts in [1, 2, 3, 7] {
+            let mut sum = [0u64; 5];
+            for p in split_by_order(&c, parts).unwrap() {
+                let got = q4(
+                    &cpu,
+                    &Q4Tables::upload(&cpu, &p, 1).unwrap(),
+                    date,
+                    SemiJoin::Sorted,
+                );
+                sum.iter_mut()
+                    .zip(got.unwrap().counts)
+                    .for_each(|(s, n)| *s += n);
+            }
+            assert_eq!(sum, reference(&c, date), "{parts}");
+        }
+        let mut unsorted = c.clone();
+        unsorted.l_orderkey.swap(0, 100);
+        assert!(split_by_order(&unsorted, 2).is_err());
+        assert!(split_by_order(&c, 0).is_err());
     }
 
     #[test]

@@ -11,10 +11,12 @@
 // (one binary search in global memory a tile, all tiles at once). The match kernel then runs a
 // block a tile: the tile's left keys and wanted-states go to shared memory; each thread takes
 // kRun consecutive right rows (kRun independent loads in flight), finds the first one's left
-// row by a binary search in shared memory and the others by galloping forward from there (both
+// row by galloping from the tile's start and the others by galloping forward from there (both
 // sides ascend), and flags the found left rows; then the block writes their marks.
 //
-// Order is checked as it is read: each left row against the one before it, each right row
+// Order is checked as it is read (the left side once per check, `check_left`: later launches
+// over the same left column skip it, and their tiles without right rows exit at once): each
+// left row against the one before it, each right row
 // against the one before it (every pair by exactly one thread, as the tiles partition the right
 // side), and the tiles' bounds against each other. A violation sets a bit of `status`.
 #include "common.cuh"
@@ -80,19 +82,22 @@ template <typename K, typename Counts>
 __device__ void match(const K* __restrict__ left, const uint32_t* __restrict__ left_flags,
                       uint64_t n, const K* __restrict__ right, Counts counts,
                       const uint64_t* __restrict__ tile_bounds, uint32_t* __restrict__ marks,
-                      uint32_t* __restrict__ status) {
+                      uint32_t* __restrict__ status, int check_left) {
   __shared__ K keys[jkp::kTile];
   __shared__ uint32_t state[jkp::kTile];
   const uint64_t tile = blockIdx.x, first = tile * jkp::kTile;
+  const uint64_t lo = tile_bounds[tile], hi = tile_bounds[tile + 1];
+  // A left side checked by an earlier launch: tiles without right rows have nothing to do
+  // (a caller streaming the right side in chunks launches once a chunk).
+  if (!check_left && lo == hi) return;
   const uint64_t rest = n - first;
   const uint32_t len = rest < jkp::kTile ? static_cast<uint32_t>(rest) : jkp::kTile;
   for (uint32_t i = threadIdx.x; i < len; i += blockDim.x) {
     const K k = left[first + i];
     keys[i] = k;
     state[i] = left_flags == nullptr || left_flags[first + i] != 0 ? kWanted : 0u;
-    if (first + i > 0 && !(left[first + i - 1] < k)) atomicOr(status, kLeftUnsorted);
+    if (check_left && first + i > 0 && !(left[first + i - 1] < k)) atomicOr(status, kLeftUnsorted);
   }
-  const uint64_t lo = tile_bounds[tile], hi = tile_bounds[tile + 1];
   if (hi < lo && threadIdx.x == 0) atomicOr(status, kRightUnsorted);
   __syncthreads();
   for (uint64_t base = lo + threadIdx.x * kRun; base < hi; base += blockDim.x * kRun) {
@@ -130,15 +135,18 @@ __device__ void match(const K* __restrict__ left, const uint32_t* __restrict__ l
   extern "C" __global__ void __launch_bounds__(jkp::kBlock) sorted_match_##NAME(             \
       const K* left, const uint32_t* left_flags, uint64_t n, const K* right,                    \
       const uint32_t* right_flags, const uint64_t* tile_bounds, uint32_t* marks,                \
-      uint32_t* status) {                                                                       \
-    match<K>(left, left_flags, n, right, Flagged{right_flags}, tile_bounds, marks, status);     \
+      uint32_t* status, int check_left) {                                                       \
+    match<K>(left, left_flags, n, right, Flagged{right_flags}, tile_bounds, marks, status,      \
+             check_left);                                                                       \
   }
 
 #define JKP_SORTED_MATCH_LESS(K, KNAME, T, TNAME)                                               \
   extern "C" __global__ void __launch_bounds__(jkp::kBlock) sorted_match_less_##KNAME##_##TNAME( \
       const K* left, const uint32_t* left_flags, uint64_t n, const K* right, const T* first,    \
-      const T* second, const uint64_t* tile_bounds, uint32_t* marks, uint32_t* status) {        \
-    match<K>(left, left_flags, n, right, Less<T>{first, second}, tile_bounds, marks, status);   \
+      const T* second, const uint64_t* tile_bounds, uint32_t* marks, uint32_t* status,          \
+      int check_left) {                                                                         \
+    match<K>(left, left_flags, n, right, Less<T>{first, second}, tile_bounds, marks, status,    \
+             check_left);                                                                       \
   }
 
 JKP_SORTED_MATCH(uint32_t, u32)

@@ -452,9 +452,15 @@ pub fn flag_less<T: Element + Ord>(
 
 /// The order check of [`mark_sorted_matches`]: a device word its kernel sets a bit of when a
 /// side is out of order, read back (synchronizing) by [`OrderCheck::take`].
+///
+/// A check also remembers the left column it has read (address and length): later launches
+/// through it over the same column skip the left side's check, and their tiles without right
+/// rows do nothing (a caller streaming the right side in chunks pays for the left side once).
+/// Use a new check when a left column's contents change.
 #[derive(Debug)]
 pub struct OrderCheck {
     word: DeviceBuffer<u32>,
+    checked_left: Option<(u64, usize)>,
 }
 
 impl OrderCheck {
@@ -465,7 +471,10 @@ impl OrderCheck {
     pub fn new(backend: &CudaBackend) -> Result<Self> {
         let mut word = backend.alloc::<u32>(1)?;
         backend.fill(&mut word, 0)?;
-        Ok(Self { word })
+        Ok(Self {
+            word,
+            checked_left: None,
+        })
     }
 
     /// `Ok` when both sides were in order since creation or the last `take`; clears the word.
@@ -480,6 +489,7 @@ impl OrderCheck {
             return Ok(());
         }
         backend.fill(&mut self.word, 0)?;
+        self.checked_left = None;
         Err(if bits & 1 != 0 {
             crate::semi::left_unsorted()
         } else {
@@ -611,12 +621,14 @@ fn launch_sorted_match<K: Key>(
         block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: 0,
     };
+    let check_left = i32::from(check.checked_left != Some((lp, left_keys.len())));
+    check.checked_left = Some((lp, left_keys.len()));
     let mut b = backend.stream().launch_builder(&f);
     b.arg(&lp).arg(&lf).arg(&n).arg(&rp);
     for c in counts {
         b.arg(c);
     }
-    b.arg(&bp).arg(&mp).arg(&sp);
+    b.arg(&bp).arg(&mp).arg(&sp).arg(&check_left);
     // SAFETY: a block a tile reads its left rows (< n), their flags (n, checked) and the right
     // rows between its bounds, with their flags or predicate columns (m each, checked); bounds
     // outside 0..=m cannot occur (lower bounds of the right side, 0 and m), a reversed pair

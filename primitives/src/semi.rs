@@ -19,7 +19,7 @@ pub trait SortedMatch: Backend {
     /// it once per chunk).
     ///
     /// `left_keys` must be strictly ascending and `right_keys` ascending; both are checked as
-    /// they are read.
+    /// they are read (with no left rows nothing is read: there is nothing to mark).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when a side is out of order (marks are then unspecified);
@@ -87,6 +87,9 @@ fn mark_on_cpu<K: Key>(
     counts: impl Fn(usize) -> bool + Sync,
     marks: &mut [u32],
 ) -> Result<()> {
+    if left_keys.is_empty() {
+        return Ok(());
+    }
     if left_keys.par_windows(2).any(|w| w[0] >= w[1]) {
         return Err(left_unsorted());
     }

@@ -491,6 +491,14 @@ fn filter_u64() {
 fn filter_i32() {
     check_filter::<i32>("filter_i32");
 }
+#[test]
+fn filter_u32() {
+    check_filter::<u32>("filter_u32");
+}
+#[test]
+fn filter_i64() {
+    check_filter::<i64>("filter_i64");
+}
 
 /// Co-clustered inputs: left keys sorted unique, right keys sorted with runs (1-7 rows a key,
 /// as lineitem has), keys missing on either side, flags on neither, one or both sides, marks
@@ -590,7 +598,49 @@ fn sorted_matches_equal_the_reference() {
                         &mut dm,
                     )
                     .unwrap();
-                    prop_assert_eq!(g.download(&dm).unwrap(), want);
+                    prop_assert_eq!(g.download(&dm).unwrap(), want.clone());
+                    // u32 keys (the values fit): the same marks.
+                    let narrow = |v: &[u64]| v.iter().map(|&k| k as u32).collect::<Vec<_>>();
+                    if left.iter().chain(&right).all(|&k| k <= u64::from(u32::MAX)) {
+                        let (nl, nr) = (
+                            g.upload(&narrow(&left)).unwrap(),
+                            g.upload(&narrow(&right)).unwrap(),
+                        );
+                        let mut dm = g.upload(&marks).unwrap();
+                        g.mark_sorted_matches_where_less(
+                            &nl,
+                            use_lf.then_some(&dlf),
+                            &nr,
+                            &d1,
+                            &d2,
+                            &mut dm,
+                        )
+                        .unwrap();
+                        prop_assert_eq!(g.download(&dm).unwrap(), want.clone());
+                    }
+                    // The right side in three chunks through one order check (a stream of
+                    // chunks): marks accumulate to the same answer.
+                    #[cfg(feature = "cuda")]
+                    {
+                        use joinkit_primitives::cuda;
+                        let mut dm = g.upload(&marks).unwrap();
+                        let mut check = cuda::OrderCheck::new(g).unwrap();
+                        let m = right.len();
+                        for part in [0..m / 3, m / 3..m / 2, m / 2..m] {
+                            cuda::mark_sorted_matches_where_less(
+                                g,
+                                &dl.view(),
+                                use_lf.then(|| dlf.view()).as_ref(),
+                                &dr.view().slice(part.clone()),
+                                (&d1.view().slice(part.clone()), &d2.view().slice(part)),
+                                &mut dm.view_mut(),
+                                &mut check,
+                            )
+                            .unwrap();
+                        }
+                        check.take(g).unwrap();
+                        prop_assert_eq!(g.download(&dm).unwrap(), want);
+                    }
                 }
                 Ok(())
             },
@@ -628,6 +678,20 @@ fn unsorted_sides_are_errors() {
             "{at}"
         );
         assert!(on_cpu.2.is_ok());
+        // No left rows: nothing to mark, nothing read, on both backends.
+        let no_left: Vec<u64> = Vec::new();
+        assert!(
+            cpu.mark_sorted_matches(&no_left, None, &right, None, &mut vec![])
+                .is_ok()
+        );
+        if let Some(g) = &gpu {
+            let (dl, dr) = (g.upload(&no_left).unwrap(), g.upload(&right).unwrap());
+            let mut marks = g.upload(&Vec::<u32>::new()).unwrap();
+            assert!(
+                g.mark_sorted_matches(&dl, None, &dr, None, &mut marks)
+                    .is_ok()
+            );
+        }
         if let Some(g) = &gpu {
             let on_gpu = run(&|l, r| {
                 let (dl, dr) = (g.upload(l).unwrap(), g.upload(r).unwrap());
