@@ -219,10 +219,15 @@ pub(crate) const MAX_SCALE_FACTOR: f64 = 700.0;
 /// Parses a TPC-H scale factor: a number above 0 and at most [`MAX_SCALE_FACTOR`] (a clap
 /// value parser; 0, NaN and infinity generate nothing or never end).
 pub(crate) fn parse_scale_factor(s: &str) -> std::result::Result<f64, String> {
+    parse_scale_factor_up_to(s, MAX_SCALE_FACTOR)
+}
+
+/// Parses a TPC-H scale factor: a number above 0 and at most `max`.
+pub(crate) fn parse_scale_factor_up_to(s: &str, max: f64) -> std::result::Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(sf) if sf > 0.0 && sf <= MAX_SCALE_FACTOR => Ok(sf),
+        Ok(sf) if sf > 0.0 && sf <= max => Ok(sf),
         _ => Err(format!(
-            "a scale factor is a number above 0 and at most {MAX_SCALE_FACTOR}"
+            "a scale factor is a number above 0 and at most {max}"
         )),
     }
 }
