@@ -419,14 +419,8 @@ pub(super) fn q4_streamed(g: &CudaBackend, h: &PinnedQ4, date: i32) -> joinkit_c
         let joined = g.compact(&[&priorities], &marks)?.remove(0);
         g.histogram_even(&joined, 5, 0u32, 5)
     })?;
-    let bins = g.download(&run)?;
-    let mut counts = [0u64; 5];
-    counts
-        .iter_mut()
-        .zip(&bins)
-        .for_each(|(c, n)| *c = u64::from(*n));
     Ok(Q4Run {
-        counts,
+        counts: priority_counts(&g.download(&run)?),
         semi_join: SemiJoin::Sorted,
         phases_ms: [0.0, ms, 0.0],
     })

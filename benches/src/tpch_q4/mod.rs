@@ -314,6 +314,16 @@ pub(crate) trait Q4Backend:
 }
 impl<B: JoinBackend + Filter + SortedMatch + Compact + Histogram> Q4Backend for B {}
 
+/// The group-by's five bins as counts.
+fn priority_counts(bins: &[u32]) -> [u64; 5] {
+    let mut counts = [0u64; 5];
+    counts
+        .iter_mut()
+        .zip(bins)
+        .for_each(|(c, n)| *c = u64::from(*n));
+    counts
+}
+
 /// Runs Q4 for the quarter starting at `date` (days since 1970) with `semi_join`.
 ///
 /// # Errors
@@ -375,14 +385,8 @@ pub(crate) fn q4<B: Q4Backend>(
         }
     };
     let (bins, group_ms) = b.timed(|| b.histogram_even(&priorities, 5, 0u32, 5))?;
-    let bins = b.download(&bins)?;
-    let mut counts = [0u64; 5];
-    counts
-        .iter_mut()
-        .zip(&bins)
-        .for_each(|(c, n)| *c = u64::from(*n));
     Ok(Q4Run {
-        counts,
+        counts: priority_counts(&b.download(&bins)?),
         semi_join: ran,
         phases_ms: [filter_ms, semi_ms, group_ms],
     })
