@@ -19,7 +19,7 @@
 //! ~0.75 s). The kernel may compact memory for the first huge pages of a process (a one-time
 //! stall); setting `JOINKIT_NO_THP` turns the advice off.
 
-use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error, Key, Result};
+use joinkit_cuda::{Backend, Column, CpuBackend, Element, Key, Result};
 use rayon::prelude::*;
 
 use crate::column::RowIds;
@@ -174,40 +174,14 @@ fn row_id_buffer(row_ids: RowIds, n: usize) -> Result<Option<Column<CpuBackend>>
     })
 }
 
-/// A zeroed buffer of `n` elements for an output column; large ones ask Linux for transparent
-/// huge pages (2 MiB) first, which makes first touches of a fresh buffer (the page faults that
-/// dominate a scatter into new memory) and the scatter's TLB misses far cheaper. Fallible as
-/// `CpuBackend::alloc` is (which zeroes too early for the advice to help): memory the host
-/// cannot give is an error, not an abort (`joinkit_cuda::try_reserved`).
+/// A zeroed buffer of `n` elements for an output column, reserved by
+/// `joinkit_cuda::try_reserved` (fallible, and large buffers advised onto huge pages before
+/// their first touch: `CpuBackend::alloc` zeroes too early for that advice to help).
 fn output<T: Element>(n: usize) -> Result<Vec<T>> {
-    let bytes = Error::bytes_of::<T>(n)?;
     let mut v: Vec<T> = joinkit_cuda::try_reserved(n)?;
-    advise_huge_pages(v.as_mut_ptr().cast(), bytes);
     v.resize(n, T::default());
     Ok(v)
 }
-
-#[cfg(target_os = "linux")]
-fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
-    const MADV_HUGEPAGE: i32 = 14;
-    const PAGE: usize = 4096;
-    unsafe extern "C" {
-        fn madvise(addr: *mut u8, len: usize, advice: i32) -> i32;
-    }
-    if bytes < (8 << 20) || std::env::var_os("JOINKIT_NO_THP").is_some() {
-        return;
-    }
-    let start = (ptr as usize).next_multiple_of(PAGE);
-    let end = (ptr as usize + bytes) & !(PAGE - 1);
-    if end > start {
-        // SAFETY: [start, end) lies inside the allocation behind `ptr`, page aligned; the advice
-        // changes how pages are backed, never their contents, and failure is harmless.
-        unsafe { madvise(start as *mut u8, end - start, MADV_HUGEPAGE) };
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_ptr: *mut u8, _bytes: usize) {}
 
 /// Scatters rows `range` with cursors `cur` (the next output row of each digit), block by
 /// block: destinations once, then every column.
@@ -391,6 +365,7 @@ pub(crate) fn cpu_stable_partition<K: Key>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use joinkit_cuda::Error;
 
     /// An output no host can hold (2^61 bytes) is an error from the allocator, not an abort.
     #[test]

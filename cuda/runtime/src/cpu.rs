@@ -12,7 +12,8 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 
 /// An empty vector with room for `len` elements, or [`Error::SizeOverflow`] where the host
 /// cannot give the memory (a `Vec` would abort the process). Every fallible host allocation goes
-/// through here; callers fill it (after, for instance, asking for huge pages first).
+/// through here; large reservations are advised onto transparent huge pages before their
+/// first touch (see `huge_pages`).
 ///
 /// # Errors
 /// [`Error::SizeOverflow`] when `len` elements overflow `usize` bytes or cannot be allocated.
@@ -20,8 +21,37 @@ pub fn try_reserved<T>(len: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(len)
         .map_err(|_| Error::SizeOverflow("host allocation failed"))?;
+    huge_pages(&v);
     Ok(v)
 }
+
+/// Asks Linux to back a large allocation (8 MiB or more) with transparent huge pages where the
+/// system leaves that to `madvise`: its first touch then faults 2 MiB at a time instead of
+/// 4 KiB, the page faults that dominate writing into fresh memory (a one-shot join's
+/// partitions and outputs), and its TLB misses get cheaper. `JOINKIT_NO_THP` turns it off.
+#[cfg(target_os = "linux")]
+fn huge_pages<T>(v: &Vec<T>) {
+    const MADV_HUGEPAGE: i32 = 14;
+    const PAGE: usize = 4096;
+    unsafe extern "C" {
+        fn madvise(addr: *mut u8, len: usize, advice: i32) -> i32;
+    }
+    let bytes = v.capacity().saturating_mul(size_of::<T>());
+    if bytes < (8 << 20) || std::env::var_os("JOINKIT_NO_THP").is_some() {
+        return;
+    }
+    let ptr = v.as_ptr() as usize;
+    let start = ptr.next_multiple_of(PAGE);
+    let end = (ptr + bytes) & !(PAGE - 1);
+    if end > start {
+        // SAFETY: [start, end) lies inside the vector's allocation, page aligned; the advice
+        // changes how pages are backed, never their contents, and failure is harmless.
+        unsafe { madvise(start as *mut u8, end - start, MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn huge_pages<T>(_: &Vec<T>) {}
 
 /// The CPU (rayon) backend.
 #[derive(Debug, Clone, Copy, Default)]
