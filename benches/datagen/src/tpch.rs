@@ -53,11 +53,7 @@ impl Column {
 /// would generate without end); [`Error::SizeOverflow`] when the host cannot allocate the
 /// column, found before generating.
 pub fn column(column: Column, scale_factor: f64) -> Result<Vec<u64>> {
-    if !(scale_factor.is_finite() && scale_factor > 0.0) {
-        return Err(Error::InvalidArgument(format!(
-            "TPC-H scale factor {scale_factor}: use a finite number above 0"
-        )));
-    }
+    check_scale_factor(scale_factor)?;
     let orders = f64::from(OrderGenerator::SCALE_BASE) * scale_factor;
     let rows = match column {
         Column::OOrderkey | Column::OOrderpriority => orders,
@@ -119,11 +115,7 @@ pub struct Q4Columns {
 /// As [`column()`]: a scale factor that is not a finite number above 0, or columns the host
 /// cannot allocate (found before generating).
 pub fn q4_columns(scale_factor: f64) -> Result<Q4Columns> {
-    if !(scale_factor.is_finite() && scale_factor > 0.0) {
-        return Err(Error::InvalidArgument(format!(
-            "TPC-H scale factor {scale_factor}: use a finite number above 0"
-        )));
-    }
+    check_scale_factor(scale_factor)?;
     let orders = (f64::from(OrderGenerator::SCALE_BASE) * scale_factor) as usize;
     let lines = (orders as f64 * LINES_PER_ORDER) as usize;
     let mut out = Q4Columns {
@@ -162,6 +154,17 @@ pub fn q4_columns(scale_factor: f64) -> Result<Q4Columns> {
         out.l_receiptdate.extend_from_slice(&c.l_receiptdate);
     }
     Ok(out)
+}
+
+/// A finite scale factor above 0 (infinity would generate without end).
+fn check_scale_factor(scale_factor: f64) -> Result<()> {
+    if scale_factor.is_finite() && scale_factor > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "TPC-H scale factor {scale_factor}: use a finite number above 0"
+        )))
+    }
 }
 
 /// `1-URGENT` → 0, ..., `5-LOW` → 4 (the leading digit).

@@ -10,6 +10,7 @@ use joinkit_cuda::{CudaBackend, DeviceBuffer, PinnedBuffer, driver};
 use joinkit_primitives::cuda::{OrderCheck, mark_sorted_matches_where_less};
 
 use super::*;
+use crate::measure::median_run;
 
 /// A column in pinned host memory: raw, or one cascaded stream a chunk of rows.
 enum HostColumn<T: Element> {
@@ -462,15 +463,12 @@ pub(super) fn measure(
     let floor_ms = link / (h2d_gbs * 1e9) * 1e3;
     let runs = ctx.runs(10);
     g.reset_peak_memory();
-    for _ in 0..runs.warmup {
-        q4_streamed(g, &h, args.date)?;
-    }
-    let mut all = (0..runs.repeat)
-        .map(|_| q4_streamed(g, &h, args.date))
-        .collect::<joinkit_cuda::Result<Vec<_>>>()?;
-    all.sort_by(|a, c| a.phases_ms[1].total_cmp(&c.phases_ms[1]));
-    let median = all.swap_remove(all.len() / 2);
-    let total = median.phases_ms[1];
+    let ((), median) = median_run(
+        runs,
+        || Ok(((), q4_streamed(g, &h, args.date)?)),
+        Q4Run::total_ms,
+    )?;
+    let total = median.total_ms();
     let peak = g.memory().map(|m| m.peak_bytes as f64 / f64::from(1 << 20));
     let mut row = Row::new("tpch-q4")
         .with("sf", args.sf.map_or("files".to_string(), |s| s.to_string()))

@@ -42,7 +42,7 @@ use joinkit_primitives::{Compact, Filter, Histogram, SortedMatch};
 use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
-use crate::measure::{Ctx, parse_scale_factor_up_to};
+use crate::measure::{Ctx, median_run, parse_scale_factor_up_to};
 use crate::plot::PlotSpec;
 use crate::report::Row;
 
@@ -314,6 +314,13 @@ pub(crate) trait Q4Backend:
 }
 impl<B: JoinBackend + Filter + SortedMatch + Compact + Histogram> Q4Backend for B {}
 
+impl Q4Run {
+    /// The query's time: its phases' sum.
+    pub(crate) fn total_ms(&self) -> f64 {
+        self.phases_ms.iter().sum()
+    }
+}
+
 /// The group-by's five bins as counts.
 fn priority_counts(bins: &[u32]) -> [u64; 5] {
     let mut counts = [0u64; 5];
@@ -333,7 +340,7 @@ pub(crate) fn q4<B: Q4Backend>(
     t: &Q4Tables<B>,
     date: i32,
     semi_join: SemiJoin,
-) -> Result<Q4Run> {
+) -> joinkit_cuda::Result<Q4Run> {
     let (o_flags, mut filter_ms) =
         b.timed(|| b.flag_range(&t.o_orderdate, date..plus_three_months(date)))?;
     // Sorted: the lineitem predicate is evaluated inside the merge, for the lines of the
@@ -439,20 +446,12 @@ fn measure<B: Q4Backend>(
     let runs = ctx.runs(10);
     for &semi in &args.semi_join {
         b.reset_peak_memory();
-        for _ in 0..runs.warmup {
-            q4(b, &t, args.date, semi)?;
-        }
-        let mut all = (0..runs.repeat)
-            .map(|_| q4(b, &t, args.date, semi))
-            .collect::<Result<Vec<_>>>()?;
-        all.sort_by(|a, c| {
-            a.phases_ms
-                .iter()
-                .sum::<f64>()
-                .total_cmp(&c.phases_ms.iter().sum())
-        });
-        let median = all.swap_remove(all.len() / 2);
-        let total: f64 = median.phases_ms.iter().sum();
+        let ((), median) = median_run(
+            runs,
+            || Ok(((), q4(b, &t, args.date, semi)?)),
+            Q4Run::total_ms,
+        )?;
+        let total = median.total_ms();
         let peak = b.memory().map(|m| m.peak_bytes as f64 / f64::from(1 << 20));
         let mut row = Row::new("tpch-q4")
             .with("sf", args.sf.map_or("files".to_string(), |s| s.to_string()))

@@ -22,19 +22,14 @@ fn rank(
     runs: usize,
 ) -> Result<RankRuns> {
     let copies = args.replicate as usize;
-    let mut run: Box<dyn FnMut() -> joinkit_cuda::Result<Q4Run>> = match args.inputs {
+    let mut run: Box<dyn FnMut() -> Result<Q4Run>> = match args.inputs {
         Inputs::Device => {
             let t = Q4Tables::upload(b, part, copies)?;
-            Box::new(move || {
-                q4(b, &t, args.date, SemiJoin::Sorted).map_err(|e| match e {
-                    BenchError::Joinkit(e) => e,
-                    e => Error::InvalidArgument(e.to_string()),
-                })
-            })
+            Box::new(move || Ok(q4(b, &t, args.date, SemiJoin::Sorted)?))
         }
         Inputs::Host => {
             let h = host::PinnedQ4::pin(b, part, args.compress, copies, args.chunk_rows)?;
-            Box::new(move || host::q4_streamed(b, &h, args.date))
+            Box::new(move || Ok(host::q4_streamed(b, &h, args.date)?))
         }
     };
     let mut ms = Vec::with_capacity(runs);
@@ -42,7 +37,7 @@ fn rank(
     for _ in 0..runs {
         comm.barrier()?; // every rank starts together
         let r = run()?;
-        ms.push(r.phases_ms.iter().sum());
+        ms.push(r.total_ms());
         let summed = comm.all_reduce(&r.counts, ReduceOp::Sum)?;
         counts.iter_mut().zip(summed).for_each(|(c, s)| *c = s);
     }
