@@ -40,6 +40,7 @@ use crate::files::{self, Codec, Format, HostTable};
 use crate::measure::{self, Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
 use crate::plot::PlotSpec;
 use crate::report::Row;
+use crate::stream::{self, Inputs, StreamBench};
 
 /// Options of `join`.
 #[derive(Args, Debug)]
@@ -157,6 +158,33 @@ pub(crate) struct JoinArgs {
         help_heading = "Generated workloads"
     )]
     seed: u64,
+    /// Where S lives: device (both sides in device memory), host (S in host memory, streamed
+    /// to the device in chunks through R's table: a join of any |S|), pinned (S in page-locked
+    /// host memory, copied straight from it; GPU only), or generated (S written chunk by chunk
+    /// into the streamed join's pinned memory: larger than host memory too).
+    /// Streamed joins are non-partitioned hash joins (auto: NPHJ-open) of a PK-FK workload.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "device",
+        conflicts_with_all = ["left", "memory_budget", "tpch", "zipf", "r_zipf"],
+        help_heading = "Streamed joins"
+    )]
+    inputs: Inputs,
+    /// Rows of S a streamed chunk holds (default 2^24).
+    #[arg(long, value_parser = parse_size, help_heading = "Streamed joins")]
+    chunk_rows: Option<usize>,
+    /// Chunks of a streamed join in flight at once (filled, copied, probed), at least 2.
+    #[arg(long, default_value_t = 3, help_heading = "Streamed joins")]
+    buffers: usize,
+    /// Rows of S held in pinned memory with --inputs pinned (cycled to |S| rows; default all
+    /// of S).
+    #[arg(long, value_parser = parse_size, help_heading = "Streamed joins")]
+    pinned_rows: Option<usize>,
+    /// Draw the last streamed join's timeline (fill, copy in, probe, copy out, callback per
+    /// chunk) into this SVG file.
+    #[arg(long, help_heading = "Streamed joins")]
+    timeline: Option<PathBuf>,
 }
 
 /// The plot of a join sweep: throughput against |R|, a line per requested algorithm (`auto`
@@ -233,6 +261,9 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
             ctx,
         );
     }
+    if args.inputs != Inputs::Device {
+        return streamed(device, args, &algorithms, ctx);
+    }
     if algorithms.is_empty() {
         algorithms = match args.memory_budget {
             Some(_) => vec![Algorithm::NphjOpen, Algorithm::NphjChained],
@@ -244,6 +275,52 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
         KeyBits::U64 => with_backend!(device, b => bench::<_, u64>(b, args, &algorithms, ctx))?,
     }
     Ok(())
+}
+
+/// A streamed join of a generated PK-FK workload (R: |R| unique keys; S: foreign keys over
+/// them, every one matching).
+fn streamed(
+    device: &Device,
+    args: &JoinArgs,
+    algorithms: &[Algorithm],
+    ctx: &mut Ctx,
+) -> Result<()> {
+    if args.r_multiplicity != 1 || args.match_ratio != 1.0 || args.no_right_unique {
+        return Err(BenchError::Usage(
+            "a streamed join runs a PK-FK workload with every S key matching".into(),
+        ));
+    }
+    let gpu = !matches!(device, Device::Cpu(_));
+    let r = args.r.unwrap_or(if gpu { 1 << 27 } else { 1 << 20 });
+    if r == 0 || args.s == Some(0) {
+        return Err(NO_ROWS.into());
+    }
+    check_rows(r)?;
+    let bench = StreamBench {
+        inputs: args.inputs,
+        r,
+        s: args.s.unwrap_or(r.saturating_mul(2)) as u64,
+        payloads: args.payloads,
+        kind: args.kind,
+        seed: args.seed,
+        chunk_rows: args.chunk_rows.unwrap_or(1 << 24),
+        buffers: args.buffers,
+        timeline: args.timeline.as_deref(),
+        pinned_rows: args.pinned_rows,
+    };
+    let algorithms = if algorithms.is_empty() {
+        &[Algorithm::Auto][..]
+    } else {
+        algorithms
+    };
+    match args.key_bits {
+        KeyBits::U32 => {
+            with_backend!(device, b => stream::run::<_, u32>(b, &bench, algorithms, ctx))
+        }
+        KeyBits::U64 => {
+            with_backend!(device, b => stream::run::<_, u64>(b, &bench, algorithms, ctx))
+        }
+    }
 }
 
 /// Runs a join as `runs` says and returns the last output with the statistics of the median

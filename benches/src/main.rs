@@ -18,6 +18,7 @@ mod report;
 mod sequence;
 mod smoke;
 mod sort;
+mod stream;
 mod sweep;
 mod tpch_q4;
 

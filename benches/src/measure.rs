@@ -128,6 +128,23 @@ pub(crate) fn copy_bandwidth<B: Backend>(
     Ok((bytes / (t.median_ms * 1e-3) / 1e9, t))
 }
 
+/// Pinned host-to-device bandwidth in GB/s: 1 GiB copied, median of 5 after one.
+#[cfg(feature = "cuda")]
+pub(crate) fn h2d_bandwidth(g: &joinkit_cuda::CudaBackend) -> Result<f64> {
+    let n = 1usize << 28;
+    let host = g.pin(&vec![1u32; n])?;
+    let mut dev = g.alloc::<u32>(n)?;
+    let mut ms = (0..6)
+        .map(|_| {
+            g.timed(|| host.copy_range_to(0..n, &mut dev.view_mut(), g.stream()))
+                .map(|r| r.1)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    ms.remove(0);
+    ms.sort_by(f64::total_cmp);
+    Ok((n * 4) as f64 / (ms[ms.len() / 2] * 1e-3) / 1e9)
+}
+
 /// The sizes asked for, else `2^l` for each `l` of the defaults for a GPU or a CPU.
 pub(crate) fn sizes_or(asked: &[usize], on_gpu: bool, gpu: &[u32], cpu: &[u32]) -> Vec<usize> {
     if !asked.is_empty() {

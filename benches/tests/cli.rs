@@ -1109,3 +1109,95 @@ fn swept_devices_lists_with_spaces_and_the_tour_with_its_own_sizes() {
     let rows = json_rows(&d, "join");
     assert!(!rows.is_empty() && rows.iter().all(|r| r["r"] == 256));
 }
+
+#[test]
+fn streamed_joins_from_host_memory_and_a_generator() {
+    let d = dir("streamed");
+    let run = |name: &str, more: &[&str]| {
+        let mut args = vec![
+            "join", "--repeat", "1", "--r", "2^12", "--s", "20000", "--name", name,
+        ];
+        args.extend_from_slice(more);
+        let o = jb(&d, &args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        json_rows(&d, name)
+    };
+    let svg = d.join("timeline.svg");
+    let svg_arg = svg.to_str().unwrap();
+    for inputs in ["host", "generated"] {
+        for (kind, out) in [("inner", 20000), ("left-semi", 20000), ("left-anti", 0)] {
+            let rows = run(
+                inputs,
+                &[
+                    "--inputs",
+                    inputs,
+                    "--kind",
+                    kind,
+                    "--chunk-rows",
+                    "3000",
+                    "--buffers",
+                    "2",
+                    "--payloads",
+                    "2",
+                    "--timeline",
+                    svg_arg,
+                ],
+            );
+            let row = &rows[0];
+            assert_eq!(row["inputs"], inputs, "{row}");
+            // Every S key matches one R key: |S| rows for inner and semi, none for anti.
+            assert_eq!(row["out rows"], out, "{inputs} {kind}: {row}");
+            assert_eq!(row["s"], 20000);
+            assert_eq!(row["chunks"], 7, "{row}");
+            assert_eq!(row["algorithm"], "NPHJ-open");
+            let drawn = std::fs::read_to_string(&svg).unwrap();
+            assert!(
+                drawn.starts_with("<svg") && drawn.contains("chunk 6 probe"),
+                "{drawn}"
+            );
+        }
+    }
+    let chained = run(
+        "chained",
+        &[
+            "--inputs",
+            "generated",
+            "--algorithm",
+            "NPHJ-chained",
+            "--key-bits",
+            "64",
+        ],
+    );
+    assert_eq!(chained[0]["algorithm"], "NPHJ-chained");
+    assert_eq!(chained[0]["out rows"], 20000);
+    fails(
+        &jb(
+            &d,
+            &[
+                "join",
+                "--inputs",
+                "host",
+                "--algorithm",
+                "SMJ-OM",
+                "--r",
+                "2^10",
+            ],
+        ),
+        "non-partitioned hash join",
+    );
+    fails(
+        &jb(
+            &d,
+            &["join", "--inputs", "host", "--buffers", "1", "--r", "2^10"],
+        ),
+        "2 buffers",
+    );
+    fails(
+        &jb(&d, &["join", "--inputs", "host", "--r-multiplicity", "4"]),
+        "PK-FK",
+    );
+    fails(
+        &jb(&d, &["join", "--inputs", "pinned", "--r", "2^10"]),
+        "needs a GPU",
+    );
+}

@@ -23,7 +23,8 @@ use joinkit_hashtable::{HashTable, Matches};
 use joinkit_primitives::Bounds;
 
 use crate::join::{
-    Phases, build_right_table, check_rows, filled, gather_columns, probe_left, row_bytes, stats,
+    Phases, build_right_table, check_rows, filled, gather_columns, hash_join_algorithm, probe_left,
+    row_bytes, stats,
 };
 use crate::{
     Algorithm, JoinBackend, JoinKind, JoinOptions, JoinStats, Materialized, NULL_ROW, RowPairs,
@@ -255,16 +256,7 @@ impl<'a, B: JoinBackend, K: Key> RowChunks<'a, B, K> {
         budget: Budget,
     ) -> Result<Self> {
         let chunk_rows = budget.chunk_rows()?;
-        let (algorithm, chained) = match opts.algorithm {
-            Algorithm::Auto | Algorithm::NphjOpen => (Algorithm::NphjOpen, false),
-            Algorithm::NphjChained => (Algorithm::NphjChained, true),
-            a => {
-                return Err(Error::InvalidArgument(format!(
-                    "the chunked join is a non-partitioned hash join (NPHJ-open, NPHJ-chained \
-                     or auto), not {a}"
-                )));
-            }
-        };
+        let (algorithm, chained) = hash_join_algorithm(opts, "the chunked join")?;
         check_rows(left.len())?;
         check_rows(right.len())?;
         crate::join::begin_join(b)?;

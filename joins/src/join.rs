@@ -305,6 +305,22 @@ pub(crate) fn build_right_table<'k, B: JoinBackend, K: Key>(
     Ok(table)
 }
 
+/// The non-partitioned hash join a join that keeps one table on the right keys runs
+/// (`what`: the chunked join, a [`crate::ProbeTable`]): NPHJ-open for [`Algorithm::Auto`], and
+/// whether its table is chained.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for the sort-merge and partitioned joins.
+pub(crate) fn hash_join_algorithm(opts: &JoinOptions, what: &str) -> Result<(Algorithm, bool)> {
+    match opts.algorithm {
+        Algorithm::Auto | Algorithm::NphjOpen => Ok((Algorithm::NphjOpen, false)),
+        Algorithm::NphjChained => Ok((Algorithm::NphjChained, true)),
+        a => Err(Error::InvalidArgument(format!(
+            "{what} is a non-partitioned hash join (NPHJ-open, NPHJ-chained or auto), not {a}"
+        ))),
+    }
+}
+
 /// What [`probe_left`] finds: match counts, and left rows kept.
 pub(crate) type Probed<B> = (Option<Matches<B>>, Option<<B as Backend>::Buf<u32>>);
 
@@ -349,8 +365,21 @@ fn hash_match<B: JoinBackend, K: Key>(
     budget: &Budget,
 ) -> Result<Matched<B, K>> {
     let table = build_right_table(b, ph, right, opts, chained)?;
+    table_match(b, ph, &table, left, opts, budget)
+}
+
+/// A hash join's match against a built table: probe with the left keys, count, check the
+/// budget, allocate, retrieve.
+pub(crate) fn table_match<B: JoinBackend, K: Key>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    table: &HashTable<'_, B, K>,
+    left: &B::Buf<K>,
+    opts: &JoinOptions,
+    budget: &Budget,
+) -> Result<Matched<B, K>> {
     ph.run("match", || {
-        let (matches, left_only) = probe_left(b, &table, left, opts.kind)?;
+        let (matches, left_only) = probe_left(b, table, left, opts.kind)?;
         let pairs = matches.as_ref().map_or(0, Matches::total);
         budget.check(pairs.saturating_add(left_only.as_ref().map_or(0, |u| u.len() as u64)))?;
         let pairs = match matches {
@@ -358,7 +387,7 @@ fn hash_match<B: JoinBackend, K: Key>(
                 let total =
                     usize::try_from(pairs).map_err(|_| Error::SizeOverflow("join output rows"))?;
                 let (mut lp, mut rp) = (b.alloc::<u32>(total)?, b.alloc::<u32>(total)?);
-                b.probe_retrieve(&table, left, &matches, &mut lp, &mut rp)?;
+                b.probe_retrieve(table, left, &matches, &mut lp, &mut rp)?;
                 Some((lp, rp))
             }
             None => None,
@@ -559,42 +588,50 @@ pub fn join_rows<B: JoinBackend, K: Key>(
         Layout::RowIds,
         &budget,
     )?;
-    let rows: RowPairs<B> = ph.run("materialize", || {
-        let (lmap, rmap) = match &m.sorted {
-            Some((l, r)) => (Some(l), Some(r)),
-            None => (None, None),
-        };
-        let ids = |v: B::Buf<u32>, rows_of| -> Result<B::Buf<u32>> {
-            Ok(to_row_ids(b, &v, rows_of)?.unwrap_or(v))
-        };
-        let pairs = match m.pairs {
-            Some((l, r)) => Some((ids(l, lmap)?, ids(r, rmap)?)),
-            None => None,
-        };
-        let left_only = m.left_only.map(|l| ids(l, lmap)).transpose()?;
-        Ok(match (opts.kind, pairs, left_only) {
-            (JoinKind::Inner, Some((l, r)), _) => RowPairs {
-                left: l,
-                right: Some(r),
-            },
-            (JoinKind::LeftOuter, Some((l, r)), Some(u)) => {
-                let left = b.concat(&l, &u)?;
-                let right = pad(b, &r, left.len(), NULL_ROW)?;
-                RowPairs {
-                    left,
-                    right: Some(right),
-                }
-            }
-            (_, _, Some(u)) => RowPairs {
-                left: u,
-                right: None,
-            },
-            _ => unreachable!("every kind produces its parts"),
-        })
-    })?;
+    let rows = ph.run("materialize", || assemble_rows(b, opts.kind, m))?;
     let n = rows.left.len() as u64;
     let st = stats(b, plan.algorithm, opts, left.len(), right.len(), n, &ph);
     Ok((rows, plan.stats(st)))
+}
+
+/// A join's row-id output from its match: ids mapped to row ids where they are sorted
+/// positions, a left outer join's unmatched rows after its pairs (right id [`NULL_ROW`]).
+pub(crate) fn assemble_rows<B: JoinBackend, K: Key>(
+    b: &B,
+    kind: JoinKind,
+    m: Matched<B, K>,
+) -> Result<RowPairs<B>> {
+    let (lmap, rmap) = match &m.sorted {
+        Some((l, r)) => (Some(l), Some(r)),
+        None => (None, None),
+    };
+    let ids = |v: B::Buf<u32>, rows_of| -> Result<B::Buf<u32>> {
+        Ok(to_row_ids(b, &v, rows_of)?.unwrap_or(v))
+    };
+    let pairs = match m.pairs {
+        Some((l, r)) => Some((ids(l, lmap)?, ids(r, rmap)?)),
+        None => None,
+    };
+    let left_only = m.left_only.map(|l| ids(l, lmap)).transpose()?;
+    Ok(match (kind, pairs, left_only) {
+        (JoinKind::Inner, Some((l, r)), _) => RowPairs {
+            left: l,
+            right: Some(r),
+        },
+        (JoinKind::LeftOuter, Some((l, r)), Some(u)) => {
+            let left = b.concat(&l, &u)?;
+            let right = pad(b, &r, left.len(), NULL_ROW)?;
+            RowPairs {
+                left,
+                right: Some(right),
+            }
+        }
+        (_, _, Some(u)) => RowPairs {
+            left: u,
+            right: None,
+        },
+        _ => return Err(Error::Corrupt("a join kind's match lacks its parts".into())),
+    })
 }
 
 /// Gathers every column of `cols` by `map` (the map's ids are valid by construction).
@@ -709,7 +746,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
 
 /// The output columns of a join whose match found ids (row ids, sorted or partitioned
 /// positions): each side's payloads gathered, transformed first where the algorithm is GFTR.
-fn materialize<B: JoinBackend, K: Key>(
+pub(crate) fn materialize<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
     algorithm: Algorithm,

@@ -50,11 +50,15 @@ mod copart_cuda;
 mod flags;
 mod join;
 mod phj;
+mod probe;
 pub mod reference;
 mod sample;
 mod sequence;
 mod spec;
 mod stats;
+mod stream;
+#[cfg(feature = "cuda")]
+mod stream_cuda;
 
 pub use choose::{
     ChoiceParams, ChoiceReason, JoinInputStats, MergeRule, SAMPLE_ROWS, choose, right_sample_rows,
@@ -70,6 +74,7 @@ pub use copart::{
 pub use flags::MatchFlags;
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
+pub use probe::ProbeTable;
 pub use sample::{SAMPLE_GROUP_ROWS, SampleGroup, SampleRuns, sample_row};
 pub use sequence::{
     ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,
@@ -77,3 +82,9 @@ pub use sequence::{
 };
 pub use spec::{Algorithm, JoinKind, JoinOptions, NULL_ROW};
 pub use stats::JoinStats;
+pub use stream::{
+    ColumnType, HostColumn, HostColumnMut, HostTableSource, Lane, OutputChunk, ProbeSource, Span,
+    StreamOptions, StreamStats, StreamedJoin, join_streamed,
+};
+#[cfg(feature = "cuda")]
+pub use stream_cuda::{PinnedColumn, PinnedTable, join_streamed_pinned};

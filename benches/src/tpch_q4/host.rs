@@ -426,22 +426,6 @@ pub(super) fn q4_streamed(g: &CudaBackend, h: &PinnedQ4, date: i32) -> joinkit_c
         phases_ms: [0.0, ms, 0.0],
     })
 }
-/// Pinned host-to-device bandwidth in GB/s: 1 GiB copied, median of 5 after one.
-fn h2d_bandwidth(g: &CudaBackend) -> Result<f64> {
-    let n = 1usize << 28;
-    let host = g.pin(&vec![1u32; n])?;
-    let mut dev = g.alloc::<u32>(n)?;
-    let mut ms = (0..6)
-        .map(|_| {
-            g.timed(|| host.copy_range_to(0..n, &mut dev.view_mut(), g.stream()))
-                .map(|r| r.1)
-        })
-        .collect::<joinkit_cuda::Result<Vec<_>>>()?;
-    ms.remove(0);
-    ms.sort_by(f64::total_cmp);
-    Ok((n * 4) as f64 / (ms[ms.len() / 2] * 1e-3) / 1e9)
-}
-
 pub(super) fn measure(
     g: &CudaBackend,
     columns: Q4Columns,
@@ -459,7 +443,7 @@ pub(super) fn measure(
     // Floor: the bytes over the link at its measured rate; input bytes: the raw columns.
     let link = h.link_bytes() as f64;
     let input = ((h.orders + h.lines) * 16) as f64;
-    let h2d_gbs = h2d_bandwidth(g)?;
+    let h2d_gbs = crate::measure::h2d_bandwidth(g)?;
     let floor_ms = link / (h2d_gbs * 1e9) * 1e3;
     let runs = ctx.runs(10);
     g.reset_peak_memory();

@@ -43,8 +43,8 @@ pub use column::Column;
 pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, try_reserved};
 #[cfg(feature = "cuda")]
 pub use cuda::{
-    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, PinnedBuffer, Scratch, cudarc,
-    device_count, driver, driver_present,
+    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, PinnedBuffer, Scratch, StagingBuffer,
+    cudarc, device_count, driver, driver_present,
 };
 pub use device::{DEVICE_ENV, Device};
 pub use element::{DeviceElement, Element, Key};

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr};
 
 use super::MemoryTracker;
 use super::cache::BufferCache;
-use crate::{Buffer, Element};
+use crate::{Buffer, Element, Error, Result};
 
 /// A column in device memory, owned by a [`super::CudaBackend`].
 ///
@@ -59,6 +59,30 @@ impl<T: Element> DeviceBuffer<T> {
     /// filled to a count known only afterwards.
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+    }
+
+    /// Elements the allocation holds (at least `len`).
+    pub fn capacity(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Sets the length to `len` elements, at most [`DeviceBuffer::capacity`]: for a buffer
+    /// refilled again and again with contents of varying length (the staging areas of a
+    /// stream of chunks), without allocating each time. Elements past the old length hold
+    /// whatever the allocation held.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] when `len` passes the capacity.
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        if len > self.capacity() {
+            return Err(Error::IndexOutOfRange {
+                what: "device buffer length",
+                index: len as u64,
+                len: self.capacity(),
+            });
+        }
+        self.len = len;
+        Ok(())
     }
 
     /// A read-only view of the `len` elements.

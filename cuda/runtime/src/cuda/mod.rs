@@ -6,6 +6,7 @@ mod cache;
 mod module;
 mod pinned;
 mod scratch;
+mod staging;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +23,7 @@ use cache::BufferCache;
 pub use module::KernelModule;
 pub use pinned::PinnedBuffer;
 pub use scratch::Scratch;
+pub use staging::StagingBuffer;
 
 use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
 
