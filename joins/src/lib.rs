@@ -48,6 +48,7 @@ mod copart;
 #[cfg(feature = "cuda")]
 mod copart_cuda;
 mod flags;
+mod hybrid;
 mod join;
 mod phj;
 pub mod reference;
@@ -68,6 +69,10 @@ pub use copart::{
     MAX_BUILD_CAPACITY, MIX_SEED, PairColumns, Pieces, set_cpu_phj_limits,
 };
 pub use flags::MatchFlags;
+pub use hybrid::{
+    Fallback, HYBRID_SEED, HybridOptions, HybridSplit, HybridStats, MIN_PARTITIONS, PairStats,
+    Worker, WorkerStats, hybrid_join,
+};
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use sample::{SAMPLE_GROUP_ROWS, SampleGroup, SampleRuns, sample_row};
