@@ -185,7 +185,11 @@ pub struct PairStats {
     pub input_bytes: u64,
     /// Bytes of its output columns (what came back for a device pair).
     pub output_bytes: u64,
-    /// The device bytes the hybrid join counts for it, with its output rows once known.
+    /// The device bytes the hybrid join counted for it before it ran (its output rows
+    /// reserved or bounded): it fits the device when this is within the budget.
+    pub need_bytes: u64,
+    /// The device bytes the hybrid join counts for it with its output rows once known (a
+    /// device pair's measured peak stays within this).
     pub estimate_bytes: u64,
     /// Most device bytes it held at once, where the backend counts them (device pairs).
     pub peak_bytes: Option<u64>,
@@ -464,7 +468,9 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
     let fp = Footprint::new(&opts.join, left, right);
     let (l, r) = (left.len() as u64, right.len() as u64);
     let parts = fanout(&fp, l, r, opts)?;
-    let average = fp.need(l.div_ceil(parts as u64), r.div_ceil(parts as u64));
+    // Hopeless without partitioning: an average pair at the largest fan-out does not fit.
+    let fanout_max = MAX_FANOUT as u64;
+    let average = fp.need(l / fanout_max, r / fanout_max);
     let fallback = if opts.gpu_memory == 0 {
         Some(Fallback::NoDeviceMemory)
     } else if average > opts.gpu_memory {
@@ -507,6 +513,7 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
             output_rows: out.rows,
             input_bytes: fp.input(l, r),
             output_bytes: out.rows.saturating_mul(fp.output_row),
+            need_bytes: average,
             estimate_bytes: fp.estimate(l, r, out.rows),
             peak_bytes: None,
             start_ms: 0.0,
@@ -527,13 +534,13 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
     stats.partition_ms = partitioned.elapsed().as_secs_f64() * 1e3;
     stats.partitions = parts;
     let pairs = plan(&fp, &lp, &rp, opts)?;
-    if opts.split == HybridSplit::DeviceOnly {
-        if let Some(p) = pairs.iter().find(|p| !p.fits) {
-            return Err(Error::DeviceBudget {
-                needed: p.need,
-                budget: opts.gpu_memory,
-            });
-        }
+    if opts.split == HybridSplit::DeviceOnly
+        && let Some(p) = pairs.iter().find(|p| !p.fits)
+    {
+        return Err(Error::DeviceBudget {
+            needed: p.need,
+            budget: opts.gpu_memory,
+        });
     }
 
     let queue = Queue::new(&pairs, opts.split);
@@ -814,6 +821,7 @@ impl<K: Key> Run<'_, K> {
             output_rows: 0,
             input_bytes: pair.input,
             output_bytes: 0,
+            need_bytes: pair.need,
             estimate_bytes: pair.need,
             peak_bytes: None,
             start_ms: self.ms(),
