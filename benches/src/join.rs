@@ -16,7 +16,9 @@
 //! or wide, 4- or 8-byte keys, or TPC-H `orders ⋈ lineitem`, with every algorithm: per-phase
 //! times, throughput ((|R| + |S|) / time), peak device memory and the bytes floor. With
 //! `--memory-budget` a workload runs the chunked join instead (NPHJ-open and NPHJ-chained),
-//! each chunk dropped as it comes, and reports the chunks.
+//! each chunk dropped as it comes, and reports the chunks. With `--gpu-memory` the tables
+//! stay in host memory and a workload runs the hybrid GPU/CPU join (`joinkit::hybrid_join`)
+//! within that device budget.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,8 +27,9 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::Field;
 use clap::Args;
 use joinkit::{
-    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Table, check_rows,
-    join_columns, join_columns_chunked, output_row_bytes,
+    Algorithm, Column, HybridOptions, HybridSplit, HybridStats, JoinBackend, JoinKind, JoinOptions,
+    JoinStats, Table, check_rows, hybrid_join, join_columns, join_columns_chunked,
+    output_row_bytes,
 };
 use joinkit_cuda::{
     Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, each_column, map_column,
@@ -144,6 +147,26 @@ pub(crate) struct JoinArgs {
     /// algorithms it takes) unless --algorithm says; reports the number of chunks.
     #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
     memory_budget: Option<usize>,
+    /// Device memory budget of the hybrid GPU/CPU join, as 8GiB, 2^30 or bytes: the tables
+    /// stay in host memory, are hash-partitioned on the CPU and joined pair by pair on the
+    /// device (each pair within this budget) and on the CPU at once; the row gives the
+    /// device's share, the bytes over the host link, per-phase times and the peak device
+    /// memory. 0 runs the CPU join alone (the baseline); sweep it (`--sweep
+    /// gpu-memory=0,2^28..2^33`) for time against the budget.
+    #[arg(
+        long,
+        value_parser = parse_size,
+        conflicts_with_all = ["left", "memory_budget"],
+        help_heading = "Hybrid GPU/CPU join"
+    )]
+    gpu_memory: Option<usize>,
+    /// How the hybrid join shares partition pairs: shared (one queue, by measured rates;
+    /// default), fit-first (every pair that fits on the device) or device-only.
+    #[arg(long, value_parser = parse_split, help_heading = "Hybrid GPU/CPU join")]
+    hybrid_split: Option<HybridSplit>,
+    /// Partitions of the hybrid join, 1 to 1024 (default: from the budget).
+    #[arg(long, help_heading = "Hybrid GPU/CPU join")]
+    hybrid_partitions: Option<usize>,
     /// Do not promise the joins that R's keys are unique where they are (as a join of files,
     /// whose keys nobody vouches for): Auto then samples R for duplicates, and the hash
     /// joins use tables that allow them.
@@ -190,6 +213,11 @@ pub(crate) fn kind_name(kind: JoinKind) -> &'static str {
     KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
 }
 
+/// A hybrid split by name (see [`HybridSplit::from_name`]; a clap value parser).
+fn parse_split(s: &str) -> std::result::Result<HybridSplit, String> {
+    HybridSplit::from_name(s).ok_or_else(|| "use shared, fit-first or device-only".to_string())
+}
+
 /// Rows per key, at least 1 (a clap value parser).
 fn parse_multiplicity(s: &str) -> std::result::Result<usize, String> {
     match parse_size(s)? {
@@ -232,6 +260,23 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
             (&opts, args.keep_both_keys),
             ctx,
         );
+    }
+    if args.gpu_memory.is_none()
+        && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some())
+    {
+        return Err(BenchError::Usage(
+            "--hybrid-split and --hybrid-partitions go with --gpu-memory".into(),
+        ));
+    }
+    if args.gpu_memory.is_some() {
+        if algorithms.is_empty() {
+            algorithms = vec![Algorithm::Auto];
+        }
+        return match args.key_bits {
+            KeyBits::U32 => with_backend!(device, b => hybrid::<_, u32>(b, args, &algorithms, ctx)),
+            KeyBits::U64 => with_backend!(device, b => hybrid::<_, u64>(b, args, &algorithms, ctx)),
+        }
+        .map_err(Into::into);
     }
     if algorithms.is_empty() {
         algorithms = match args.memory_budget {
@@ -595,4 +640,75 @@ fn chunked<B: JoinBackend, K: Key>(
         drop(chunk?);
     }
     Ok((chunks.chunks(), chunks.stats()))
+}
+
+/// The hybrid GPU/CPU join of a workload whose tables stay in host memory, `b` the device:
+/// a row per algorithm with the device/CPU split, link bytes, per-phase times and the peak
+/// device memory, timed on the wall clock (median of the runs).
+fn hybrid<B: JoinBackend, K: Key>(
+    b: &B,
+    args: &JoinArgs,
+    algorithms: &[Algorithm],
+    ctx: &mut Ctx,
+) -> joinkit_cuda::Result<()> {
+    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
+    let Workload {
+        r,
+        s,
+        shape,
+        r_unique,
+    } = workload::<K>(args, gpu)?;
+    let cpu = CpuBackend::new();
+    let (right, left) = (
+        table(&cpu, &r, args.payloads, 100)?,
+        table(&cpu, &s, args.payloads, 200)?,
+    );
+    let budget = args.gpu_memory.unwrap_or(0) as u64;
+    let split = args.hybrid_split.unwrap_or(HybridSplit::Shared);
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    for &algorithm in algorithms {
+        let join = JoinOptions::new(args.kind)
+            .algorithm(algorithm)
+            .narrow_keys(!args.no_key_narrowing)
+            .right_unique(r_unique && !args.no_right_unique);
+        let mut opts = HybridOptions::new(join, budget).split(split);
+        opts.partitions = args.hybrid_partitions;
+        let (_, st) = measure::median_run(
+            ctx.runs(5),
+            || hybrid_join(b, &left, &right, &opts),
+            |st: &HybridStats| st.wall_ms,
+        )?;
+        let fallback = match st.fallback {
+            None => "no".to_string(),
+            Some(f) => format!("{f:?}"),
+        };
+        let row = Row::new("join")
+            .with("r", r.len())
+            .with("s", s.len())
+            .with("requested", algorithm.name())
+            .with("kind", kind_name(args.kind))
+            .with("gpu memory MiB", mib(budget))
+            .with("split", split.name())
+            .with("total ms", st.wall_ms)
+            .with("M tuples/s", st.mtuples_per_s())
+            .with("partition ms", st.partition_ms)
+            .with("device ms", st.device.busy_ms)
+            .with("cpu ms", st.cpu.busy_ms)
+            .with("assemble ms", st.assemble_ms)
+            .with("device share %", 100.0 * st.device_share())
+            .with("partitions", st.partitions)
+            .with("device pairs", st.device.pairs)
+            .with("cpu pairs", st.cpu.pairs)
+            .with("link MiB", mib(st.link_bytes))
+            .with_opt("peak MiB", st.peak_device_bytes.map(mib))
+            .with("out rows", st.output_rows)
+            .detail("refused pairs", st.refused)
+            .detail("fallback", fallback)
+            .detail("key-bits", K::BITS)
+            .detail("payloads", args.payloads)
+            .detail("r-multiplicity", args.r_multiplicity)
+            .detail("workload", shape.as_str());
+        ctx.report.row(row);
+    }
+    Ok(())
 }
