@@ -535,6 +535,15 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<Workload
     })
 }
 
+/// A workload's join options: `algorithm`, R's keys promised unique where they are (unless
+/// `--no-right-unique`).
+fn workload_options(args: &JoinArgs, algorithm: Algorithm, r_unique: bool) -> JoinOptions {
+    JoinOptions::new(args.kind)
+        .algorithm(algorithm)
+        .narrow_keys(!args.no_key_narrowing)
+        .right_unique(r_unique && !args.no_right_unique)
+}
+
 /// `payloads` generated payload columns of the keys' width, functions of the key.
 pub(crate) fn payload_columns<B: Backend, K: Key>(
     b: &B,
@@ -589,10 +598,7 @@ fn bench<B: JoinBackend, K: Key>(
     let output_row = output_row_bytes(args.kind, &left.payloads, &right.payloads) as f64;
     let runs = ctx.runs(10);
     for &algorithm in algorithms {
-        let mut opts = JoinOptions::new(args.kind)
-            .algorithm(algorithm)
-            .narrow_keys(!args.no_key_narrowing)
-            .right_unique(r_unique && !args.no_right_unique);
+        let mut opts = workload_options(args, algorithm, r_unique);
         let (chunks, st) = match args.memory_budget {
             Some(budget) => {
                 opts = opts.memory_budget(budget as u64);
@@ -651,26 +657,17 @@ fn hybrid<B: JoinBackend, K: Key>(
     algorithms: &[Algorithm],
     ctx: &mut Ctx,
 ) -> joinkit_cuda::Result<()> {
-    let gpu = matches!(b.kind(), DeviceKind::Cuda(_));
-    let Workload {
-        r,
-        s,
-        shape,
-        r_unique,
-    } = workload::<K>(args, gpu)?;
+    let w = workload::<K>(args, matches!(b.kind(), DeviceKind::Cuda(_)))?;
     let cpu = CpuBackend::new();
     let (right, left) = (
-        table(&cpu, &r, args.payloads, 100)?,
-        table(&cpu, &s, args.payloads, 200)?,
+        table(&cpu, &w.r, args.payloads, 100)?,
+        table(&cpu, &w.s, args.payloads, 200)?,
     );
     let budget = args.gpu_memory.unwrap_or(0) as u64;
     let split = args.hybrid_split.unwrap_or(HybridSplit::Shared);
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
     for &algorithm in algorithms {
-        let join = JoinOptions::new(args.kind)
-            .algorithm(algorithm)
-            .narrow_keys(!args.no_key_narrowing)
-            .right_unique(r_unique && !args.no_right_unique);
+        let join = workload_options(args, algorithm, w.r_unique);
         let mut opts = HybridOptions::new(join, budget).split(split);
         opts.partitions = args.hybrid_partitions;
         let (_, st) = measure::median_run(
@@ -683,8 +680,8 @@ fn hybrid<B: JoinBackend, K: Key>(
             Some(f) => format!("{f:?}"),
         };
         let row = Row::new("join")
-            .with("r", r.len())
-            .with("s", s.len())
+            .with("r", w.r.len())
+            .with("s", w.s.len())
             .with("requested", algorithm.name())
             .with("kind", kind_name(args.kind))
             .with("gpu memory MiB", mib(budget))
@@ -707,7 +704,7 @@ fn hybrid<B: JoinBackend, K: Key>(
             .detail("key-bits", K::BITS)
             .detail("payloads", args.payloads)
             .detail("r-multiplicity", args.r_multiplicity)
-            .detail("workload", shape.as_str());
+            .detail("workload", w.shape.as_str());
         ctx.report.row(row);
     }
     Ok(())

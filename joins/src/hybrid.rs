@@ -513,7 +513,7 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
             output_rows: out.rows,
             input_bytes: fp.input(l, r),
             output_bytes: out.rows.saturating_mul(fp.output_row),
-            need_bytes: average,
+            need_bytes: fp.need(l, r),
             estimate_bytes: fp.estimate(l, r, out.rows),
             peak_bytes: None,
             start_ms: 0.0,

@@ -25,6 +25,10 @@
 //! the chunked joins ([`join_columns_chunked`], [`join_rows_chunked`]: a non-partitioned hash
 //! join, built and counted once) yield it instead in pieces that each fit the budget.
 //!
+//! Tables in host memory larger than the device allows ([`hybrid_join`], Thostrup et al. §5):
+//! hash-partitioned on the CPU into pairs sized against a device memory budget, joined pair
+//! by pair on the device and on the CPU at the same time, from one queue.
+//!
 //! Sequences of joins ([`join_sequence`], Wu et al. §5.2.7): a fact table joined with `k`
 //! dimension tables, each foreign-key column materialized just before its join (or, as the
 //! baseline, all up front), payloads gathered once at the end from the composed gather maps.
