@@ -22,10 +22,11 @@
 //!    from the back. Why a queue and not a split computed up front: the two rates depend on
 //!    the pair sizes, the join kind, the link and whatever else runs on the host, and a queue
 //!    needs none of them to keep both busy until the end. What it must avoid is the CPU
-//!    starting a pair in the last moments that the device would have finished sooner: so once
-//!    both have measured their rate (input bytes per ms of their own pairs), the CPU takes a
-//!    pair that fits the device only if it would finish it before the device would finish all
-//!    the pairs still queued ([`HybridSplit::Shared`]).
+//!    starting a pair in the last moments that the device would have finished sooner (or the
+//!    only pair): so the CPU takes a pair that fits the device only once the device has
+//!    finished one, and, once both have measured their rate (input bytes per ms of their own
+//!    pairs), only if it would finish it before the device would finish all the pairs still
+//!    queued ([`HybridSplit::Shared`]).
 //! 4. **Concatenate** the pairs' outputs in partition order into host columns.
 //!
 //! Worst case: the plain CPU join. A budget of 0, or one whose average pair at the largest
@@ -269,6 +270,29 @@ pub struct HybridStats {
 }
 
 impl HybridStats {
+    /// Takes the pairs' records (in the order they started) and sums them per worker.
+    fn tally(&mut self, mut pairs: Vec<PairStats>) {
+        pairs.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+        for p in &pairs {
+            match p.worker {
+                Worker::Device => {
+                    self.device.add(p);
+                    self.refused += usize::from(p.refused);
+                    self.link_bytes = self
+                        .link_bytes
+                        .saturating_add(p.input_bytes)
+                        .saturating_add(p.output_bytes);
+                    if let Some(peak) = p.peak_bytes {
+                        self.peak_device_bytes =
+                            Some(self.peak_device_bytes.unwrap_or(0).max(peak));
+                    }
+                }
+                Worker::Cpu => self.cpu.add(p),
+            }
+        }
+        self.pairs = pairs;
+    }
+
     /// The fraction of the input bytes joined on the device.
     pub fn device_share(&self) -> f64 {
         let all = self.device.input_bytes + self.cpu.input_bytes;
@@ -503,7 +527,6 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
             });
         }
         let (out, _) = join_columns(&cpu, left, right, &opts.join)?;
-        let ms = started.elapsed().as_secs_f64() * 1e3;
         let whole = PairStats {
             partition: 0,
             worker: Worker::Cpu,
@@ -517,12 +540,11 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
             estimate_bytes: fp.estimate(l, r, out.rows),
             peak_bytes: None,
             start_ms: 0.0,
-            end_ms: ms,
+            end_ms: ms_since(started),
         };
-        stats.cpu.add(&whole);
-        stats.pairs.push(whole);
+        stats.tally(vec![whole]);
         stats.output_rows = out.rows;
-        stats.wall_ms = ms;
+        stats.wall_ms = ms_since(started);
         return Ok((out, stats));
     }
 
@@ -531,7 +553,7 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
         cpu.hash_partition(&t.keys, &t.payloads, parts, HYBRID_SEED, RowIds::None)
     };
     let (lp, rp) = (split(left)?, split(right)?);
-    stats.partition_ms = partitioned.elapsed().as_secs_f64() * 1e3;
+    stats.partition_ms = ms_since(partitioned);
     stats.partitions = parts;
     let pairs = plan(&fp, &lp, &rp, opts)?;
     if opts.split == HybridSplit::DeviceOnly
@@ -568,7 +590,7 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
 
     let assembled = Instant::now();
     let mut pieces: Vec<(usize, Materialized<CpuBackend>)> = Vec::with_capacity(done.len());
-    stats.pairs = done
+    let records = done
         .into_iter()
         .map(|(out, p)| {
             if let Some(m) = out {
@@ -577,25 +599,7 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
             p
         })
         .collect();
-    stats
-        .pairs
-        .sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
-    for p in &stats.pairs {
-        match p.worker {
-            Worker::Device => {
-                stats.device.add(p);
-                stats.refused += usize::from(p.refused);
-                stats.link_bytes = stats
-                    .link_bytes
-                    .saturating_add(p.input_bytes)
-                    .saturating_add(p.output_bytes);
-                if let Some(peak) = p.peak_bytes {
-                    stats.peak_device_bytes = Some(stats.peak_device_bytes.unwrap_or(0).max(peak));
-                }
-            }
-            Worker::Cpu => stats.cpu.add(p),
-        }
-    }
+    stats.tally(records);
     pieces.sort_by_key(|p| p.0);
     let out = assemble(
         opts.join.kind,
@@ -603,9 +607,9 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
         right,
         pieces.into_iter().map(|p| p.1).collect(),
     )?;
-    stats.assemble_ms = assembled.elapsed().as_secs_f64() * 1e3;
+    stats.assemble_ms = ms_since(assembled);
     stats.output_rows = out.rows;
-    stats.wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    stats.wall_ms = ms_since(started);
     Ok((out, stats))
 }
 
@@ -721,8 +725,9 @@ impl Queue {
     }
 
     /// The CPU's next pair: a refused one, the back one if it does not fit the device, or
-    /// (shared split) if the CPU would finish it before the device finished all that is
-    /// queued; else it waits for the device to refuse a pair or to finish.
+    /// (shared split) once the device has a rate, if the CPU would finish it before the
+    /// device finished all that is queued (its first such pair, the smallest, before it has
+    /// a rate of its own); else it waits for the device to finish a pair, refuse one or end.
     fn next_for_cpu(&self, pairs: &[Pair]) -> Option<usize> {
         let mut s = self.lock();
         loop {
@@ -740,7 +745,8 @@ impl Queue {
                         let rest = s.queued_fit_bytes.saturating_sub(p.input);
                         match (s.rate(Worker::Cpu), s.rate(Worker::Device)) {
                             (Some(cpu), Some(dev)) => p.input as f64 / cpu <= rest as f64 / dev,
-                            _ => true,
+                            (None, Some(_)) => true,
+                            (_, None) => false,
                         }
                     });
                 if take {
@@ -758,12 +764,15 @@ impl Queue {
         }
     }
 
-    /// Records a finished pair's input bytes and time.
+    /// Records a finished pair's input bytes and time (the CPU may be waiting for the
+    /// device's rate).
     fn finished(&self, w: Worker, input: u64, ms: f64) {
         let mut s = self.lock();
         let r = &mut s.rates[w as usize];
         r.0 += input;
         r.1 += ms;
+        drop(s);
+        self.changed.notify_all();
     }
 
     /// Hands a pair the device gave up to the CPU.
@@ -806,7 +815,7 @@ struct Run<'a, K: Key> {
 
 impl<K: Key> Run<'_, K> {
     fn ms(&self) -> f64 {
-        self.started.elapsed().as_secs_f64() * 1e3
+        ms_since(self.started)
     }
 
     /// A pair's record before it runs.
@@ -925,6 +934,11 @@ impl<K: Key> Run<'_, K> {
         self.queue.refuse(i);
         Ok((None, rec))
     }
+}
+
+/// Milliseconds since `t`.
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// Rows `rows` of a partitioned side as a table on `b`.
