@@ -7,8 +7,9 @@
 //!    half the device budget, [`MIN_PARTITIONS`] at least (so the two workers can share) and
 //!    [`MAX_FANOUT`] at most.
 //! 2. **Size each pair** ([`PairStats::estimate_bytes`]): its inputs, a scratch allowance per
-//!    input row (sorted or partitioned copies of keys, row ids and payloads, hash tables: four
-//!    times key + row id, plus twice the payload bytes), and per output row twice the output
+//!    input row (sorted or partitioned copies of keys, row ids and payloads, hash tables:
+//!    [`SCRATCH_ROW_IDS`] times key + row id, plus twice the payload bytes), and per output
+//!    row twice the output
 //!    row plus 16 bytes of row ids, plus 1 MiB of fixed scratch. Where the output rows are
 //!    bounded by the left rows (semi, anti, `right_unique`) the bound is counted; otherwise as
 //!    many rows as the larger side are reserved, and the pair's join gets the rest of the
@@ -59,6 +60,12 @@ pub const HYBRID_SEED: u32 = 0xbb67_ae85;
 /// Fewest partitions the hybrid join cuts the tables into, however much device memory it may
 /// use: enough pairs for the CPU to take its share while the device takes its own.
 pub const MIN_PARTITIONS: usize = 64;
+
+/// Copies of a row's key and row id a pair's join may hold at once, per input row: the
+/// largest is PHJ-UM's bucket pool, whose buckets of twice the average partition rounded up
+/// to a power of two (one a partition part full) reach about 5 rows' slots a row, beside the
+/// mixed keys; sort-based and hash-table joins hold 2 to 4.
+const SCRATCH_ROW_IDS: u64 = 6;
 
 /// Device bytes a pair's join may allocate whatever its size (CUB's temporary storage, a
 /// partition's offsets, one-element buffers for empty columns).
@@ -351,7 +358,7 @@ impl Footprint {
             .saturating_mul(self.left_payload)
             .saturating_add(r.saturating_mul(self.right_payload));
         self.input(l, r)
-            .saturating_add(rows.saturating_mul(4 * (self.key + 4)))
+            .saturating_add(rows.saturating_mul(SCRATCH_ROW_IDS * (self.key + 4)))
             .saturating_add(payloads.saturating_mul(2))
             .saturating_add(PAIR_FIXED_BYTES)
     }
