@@ -43,7 +43,9 @@ use std::ops::Range;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result, map_column, try_reserved};
+use joinkit_cuda::{
+    Backend, Column, CpuBackend, Element, Error, Key, Result, map_column, try_reserved,
+};
 use joinkit_partition::{HashPartition, MAX_FANOUT, Partitioned, RowIds};
 use rayon::prelude::*;
 
@@ -1015,25 +1017,16 @@ fn assemble<K: Key>(
         .collect::<Result<Vec<_>>>()?;
     let right_out = columns.split_off(left.payloads.len());
     let right_valid = if kind == JoinKind::LeftOuter {
-        let mut v = try_reserved::<u32>(total)?;
-        for m in pieces.iter().filter(|m| m.rows > 0) {
-            let part = m
-                .right_valid
-                .as_ref()
-                .ok_or_else(|| Error::Corrupt("a left outer pair without validity".into()))?;
-            v.extend_from_slice(part);
-        }
-        Some(v)
+        let parts = pieces
+            .iter()
+            .filter(|m| m.rows > 0)
+            .map(|m| m.right_valid.as_deref())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::Corrupt("a left outer pair without validity".into()))?;
+        Some(concat_parts(&parts, total)?)
     } else {
         None
     };
-    for c in columns.iter().chain(&right_out) {
-        if c.len() != total {
-            return Err(Error::Corrupt(
-                "a pair's output column of another length than its rows".into(),
-            ));
-        }
-    }
     Ok(Materialized {
         left: columns,
         right: right_out,
@@ -1042,25 +1035,54 @@ fn assemble<K: Key>(
     })
 }
 
-/// `parts` one after the other, in a column of `template`'s type with room for `total` rows.
+/// `parts` (columns of `template`'s type) one after the other, `total` rows in all.
 fn concat(
     template: &Column<CpuBackend>,
     parts: &[&Column<CpuBackend>],
     total: usize,
 ) -> Result<Column<CpuBackend>> {
-    let mut out: Column<CpuBackend> = map_column!(template, _t, T => try_reserved::<T>(total)?);
-    for part in parts {
-        match (&mut out, part) {
-            (Column::U32(o), Column::U32(p)) => o.extend_from_slice(p),
-            (Column::I32(o), Column::I32(p)) => o.extend_from_slice(p),
-            (Column::U64(o), Column::U64(p)) => o.extend_from_slice(p),
-            (Column::I64(o), Column::I64(p)) => o.extend_from_slice(p),
-            _ => {
-                return Err(Error::Corrupt(format!(
-                    "a pair's output column {part:?} is not of its table's type {template:?}"
-                )));
-            }
-        }
+    macro_rules! typed {
+        ($variant:ident) => {{
+            let slices = parts
+                .iter()
+                .map(|part| match part {
+                    Column::$variant(v) => Ok(v.as_slice()),
+                    _ => Err(Error::Corrupt(format!(
+                        "a pair's output column {part:?} is not of its table's type {template:?}"
+                    ))),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Column::$variant(concat_parts(&slices, total)?)
+        }};
     }
+    Ok(match template {
+        Column::U32(_) => typed!(U32),
+        Column::I32(_) => typed!(I32),
+        Column::U64(_) => typed!(U64),
+        Column::I64(_) => typed!(I64),
+    })
+}
+
+/// `parts` one after the other in one vector, copied in parallel, each part by one task
+/// (`total`: their lengths' sum, checked).
+fn concat_parts<T: Element>(parts: &[&[T]], total: usize) -> Result<Vec<T>> {
+    if parts.iter().map(|p| p.len()).sum::<usize>() != total {
+        return Err(Error::Corrupt(
+            "a pair's output column of another length than its rows".into(),
+        ));
+    }
+    let mut out = try_reserved::<T>(total)?;
+    out.par_extend(rayon::iter::repeat_n(T::default(), total));
+    let mut rest = out.as_mut_slice();
+    let mut slots = Vec::with_capacity(parts.len());
+    for part in parts {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(part.len());
+        slots.push(head);
+        rest = tail;
+    }
+    slots
+        .into_par_iter()
+        .zip(parts)
+        .for_each(|(slot, part)| slot.copy_from_slice(part));
     Ok(out)
 }

@@ -342,3 +342,44 @@ fn bad_inputs_are_typed_errors() {
         Err(Error::LengthMismatch { .. })
     ));
 }
+
+/// Tables past the CPU backend's parallel threshold (copies and concatenation split over
+/// threads), under a budget that puts some pairs on the device, every kind.
+fn check_large_tables<D: JoinBackend>(device: &D) {
+    let l: Vec<u32> = (0..1u32 << 17)
+        .map(|i| i.wrapping_mul(2_654_435_761) % 90_000)
+        .collect();
+    let r: Vec<u32> = (0..1u32 << 16)
+        .map(|i| i.wrapping_mul(40_503) % 70_000)
+        .collect();
+    let shape = [Shape::TwoU64, Shape::U32];
+    for kind in JoinKind::ALL {
+        let join = JoinOptions::new(kind);
+        let all = HybridOptions::new(join, u64::MAX).split(HybridSplit::FitFirst);
+        let (_, st) = hybrid_rows(device, (&l, &r), shape, &all).unwrap();
+        let mut sizes: Vec<u64> = st.pairs.iter().map(|p| p.need_bytes).collect();
+        sizes.sort_unstable();
+        let budget = sizes[sizes.len() / 2];
+        for split in [HybridSplit::Shared, HybridSplit::FitFirst] {
+            let opts = HybridOptions::new(join, budget)
+                .partitions(st.partitions)
+                .split(split);
+            let (rows, st) = hybrid_rows(device, (&l, &r), shape, &opts).unwrap();
+            assert_eq!(rows, shaped_expected(&l, &r, kind, shape), "{opts:?}");
+            assert!(st.device.pairs >= 1 && st.cpu.pairs >= 1, "{st:?}");
+        }
+    }
+}
+
+#[test]
+fn large_tables_are_shared_by_both() {
+    check_large_tables(&CpuBackend::new());
+}
+
+#[test]
+fn gpu_large_tables_are_shared_by_both() {
+    if let Some(g) = gpu_or_skip("gpu_large_tables_are_shared_by_both") {
+        poison(&g);
+        check_large_tables(&g);
+    }
+}
