@@ -23,13 +23,14 @@ fn host<K: Key>(keys: &[K], salt: u64, shape: Shape) -> Table<CpuBackend, K> {
     shaped_table(&CpuBackend::new(), keys, salt, shape)
 }
 
-/// The output rows of a hybrid join, sorted, with its statistics.
+/// The output rows of a hybrid join on a poisoned device, sorted, with its statistics.
 fn hybrid_rows<D: JoinBackend, K: Key>(
     device: &D,
     (l, r): (&[K], &[K]),
     shape: [Shape; 2],
     opts: &HybridOptions,
 ) -> Result<(Vec<Vec<u64>>, HybridStats), Error> {
+    poison(device);
     let (lt, rt) = (host(l, 10, shape[0]), host(r, 20, shape[1]));
     let (out, st) = hybrid_join(device, &lt, &rt, opts)?;
     let mut rows = rows_of(&CpuBackend::new(), &out);
@@ -101,7 +102,6 @@ fn check_case<D: JoinBackend, K: Key>(
     let r_pk: Vec<K> = r.iter().copied().filter(|k| seen.insert(*k)).collect();
     for (r, unique) in [(r, false), (&r_pk[..], true)] {
         for kind in JoinKind::ALL {
-            poison(device);
             let join = JoinOptions::new(kind)
                 .algorithm(algorithm)
                 .right_unique(unique);
@@ -260,7 +260,6 @@ fn an_output_over_the_room_left_goes_to_the_cpu() {
 #[test]
 fn gpu_an_output_over_the_room_left_goes_to_the_cpu() {
     if let Some(g) = gpu_or_skip("gpu_an_output_over_the_room_left_goes_to_the_cpu") {
-        poison(&g);
         check_output_over_room(&g);
     }
 }
@@ -304,7 +303,6 @@ fn a_heavy_key_s_pair_goes_to_the_cpu() {
 #[test]
 fn gpu_a_heavy_key_s_pair_goes_to_the_cpu() {
     if let Some(g) = gpu_or_skip("gpu_a_heavy_key_s_pair_goes_to_the_cpu") {
-        poison(&g);
         check_heavy_key(&g);
     }
 }
@@ -379,7 +377,6 @@ fn large_tables_are_shared_by_both() {
 #[test]
 fn gpu_large_tables_are_shared_by_both() {
     if let Some(g) = gpu_or_skip("gpu_large_tables_are_shared_by_both") {
-        poison(&g);
         check_large_tables(&g);
     }
 }
