@@ -180,7 +180,13 @@ fn partitions() -> impl Strategy<Value = Option<usize>> {
     prop_oneof![Just(None), Just(Some(1)), (2usize..12).prop_map(Some)]
 }
 
-fn run_props<D: JoinBackend, K: Key + Arbitrary>(device: &D, cases: u32) {
+/// The property test on `device` with `K` keys: 32 cases on the CPU, 16 on a GPU.
+fn run_props<D: JoinBackend, K: Key + Arbitrary>(device: &D) {
+    let cases = if device.kind() == DeviceKind::Cpu {
+        32
+    } else {
+        16
+    };
     common::runner(cases)
         .run(
             &(
@@ -195,28 +201,12 @@ fn run_props<D: JoinBackend, K: Key + Arbitrary>(device: &D, cases: u32) {
         .unwrap();
 }
 
-#[test]
-fn every_kind_and_budget_u32_keys() {
-    run_props::<_, u32>(&CpuBackend::new(), 32);
+fn props_u32_keys<D: JoinBackend>(device: &D) {
+    run_props::<_, u32>(device);
 }
 
-#[test]
-fn every_kind_and_budget_u64_keys() {
-    run_props::<_, u64>(&CpuBackend::new(), 32);
-}
-
-#[test]
-fn gpu_every_kind_and_budget_u32_keys() {
-    if let Some(g) = gpu_or_skip("gpu_every_kind_and_budget_u32_keys") {
-        run_props::<_, u32>(&g, 16);
-    }
-}
-
-#[test]
-fn gpu_every_kind_and_budget_u64_keys() {
-    if let Some(g) = gpu_or_skip("gpu_every_kind_and_budget_u64_keys") {
-        run_props::<_, u64>(&g, 16);
-    }
+fn props_u64_keys<D: JoinBackend>(device: &D) {
+    run_props::<_, u64>(device);
 }
 
 /// An M:N pair whose output outgrows the room its budget leaves: the device counts it,
@@ -252,18 +242,6 @@ fn check_output_over_room<D: JoinBackend>(device: &D) {
     );
 }
 
-#[test]
-fn an_output_over_the_room_left_goes_to_the_cpu() {
-    check_output_over_room(&CpuBackend::new());
-}
-
-#[test]
-fn gpu_an_output_over_the_room_left_goes_to_the_cpu() {
-    if let Some(g) = gpu_or_skip("gpu_an_output_over_the_room_left_goes_to_the_cpu") {
-        check_output_over_room(&g);
-    }
-}
-
 /// A heavy key: its pair is too large for the budget that the other pairs fit, so the CPU
 /// joins it while the device joins the rest.
 fn check_heavy_key<D: JoinBackend>(device: &D) {
@@ -292,18 +270,6 @@ fn check_heavy_key<D: JoinBackend>(device: &D) {
         assert!(heavy.right_rows >= 3000, "{heavy:?}");
         assert!(st.device.pairs >= 10, "{st:?}");
         assert!(st.link_bytes >= st.device.input_bytes + st.device.output_bytes);
-    }
-}
-
-#[test]
-fn a_heavy_key_s_pair_goes_to_the_cpu() {
-    check_heavy_key(&CpuBackend::new());
-}
-
-#[test]
-fn gpu_a_heavy_key_s_pair_goes_to_the_cpu() {
-    if let Some(g) = gpu_or_skip("gpu_a_heavy_key_s_pair_goes_to_the_cpu") {
-        check_heavy_key(&g);
     }
 }
 
@@ -369,14 +335,29 @@ fn check_large_tables<D: JoinBackend>(device: &D) {
     }
 }
 
-#[test]
-fn large_tables_are_shared_by_both() {
-    check_large_tables(&CpuBackend::new());
+/// A test with the CPU backend standing in for the device, and its `gpu_` twin on CUDA
+/// device 0.
+macro_rules! device_tests {
+    ($($cpu:ident, $gpu:ident: $check:ident;)*) => {$(
+        #[test]
+        fn $cpu() {
+            $check(&CpuBackend::new());
+        }
+
+        #[test]
+        fn $gpu() {
+            if let Some(g) = gpu_or_skip(stringify!($gpu)) {
+                $check(&g);
+            }
+        }
+    )*};
 }
 
-#[test]
-fn gpu_large_tables_are_shared_by_both() {
-    if let Some(g) = gpu_or_skip("gpu_large_tables_are_shared_by_both") {
-        check_large_tables(&g);
-    }
+device_tests! {
+    every_kind_and_budget_u32_keys, gpu_every_kind_and_budget_u32_keys: props_u32_keys;
+    every_kind_and_budget_u64_keys, gpu_every_kind_and_budget_u64_keys: props_u64_keys;
+    an_output_over_the_room_left_goes_to_the_cpu,
+        gpu_an_output_over_the_room_left_goes_to_the_cpu: check_output_over_room;
+    a_heavy_key_s_pair_goes_to_the_cpu, gpu_a_heavy_key_s_pair_goes_to_the_cpu: check_heavy_key;
+    large_tables_are_shared_by_both, gpu_large_tables_are_shared_by_both: check_large_tables;
 }
