@@ -235,6 +235,13 @@ pub(crate) fn parse_algorithm(s: &str) -> std::result::Result<Algorithm, String>
 
 pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
     let mut algorithms = args.algorithm.clone();
+    if args.gpu_memory.is_none()
+        && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some())
+    {
+        return Err(BenchError::Usage(
+            "--hybrid-split and --hybrid-partitions go with --gpu-memory".into(),
+        ));
+    }
     if let (Some(left), Some(right), Some(on)) = (&args.left, &args.right, &args.on) {
         let algorithm = match algorithms[..] {
             [] => Algorithm::Auto,
@@ -260,13 +267,6 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
             (&opts, args.keep_both_keys),
             ctx,
         );
-    }
-    if args.gpu_memory.is_none()
-        && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some())
-    {
-        return Err(BenchError::Usage(
-            "--hybrid-split and --hybrid-partitions go with --gpu-memory".into(),
-        ));
     }
     if args.gpu_memory.is_some() {
         if algorithms.is_empty() {
