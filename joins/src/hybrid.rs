@@ -179,7 +179,7 @@ pub enum Fallback {
 /// One pair's run (or the device's refused attempt at it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairStats {
-    /// The partition.
+    /// The partition (0 for the whole join of a fallback).
     pub partition: usize,
     /// Where it ran.
     pub worker: Worker,
