@@ -28,7 +28,7 @@ use arrow_schema::Field;
 use clap::Args;
 use joinkit::{
     Algorithm, Column, HybridOptions, HybridSplit, HybridStats, JoinBackend, JoinKind, JoinOptions,
-    JoinStats, Table, check_rows, hybrid_join, join_columns, join_columns_chunked,
+    JoinStats, Table, Worker, check_rows, hybrid_join, join_columns, join_columns_chunked,
     output_row_bytes,
 };
 use joinkit_cuda::{
@@ -167,6 +167,11 @@ pub(crate) struct JoinArgs {
     /// Partitions of the hybrid join, 1 to 1024 (default: from the budget).
     #[arg(long, help_heading = "Hybrid GPU/CPU join")]
     hybrid_partitions: Option<usize>,
+    /// Also report every partition pair of the hybrid join's median run (table `hybrid
+    /// pairs`: worker, start and end ms, rows, estimated and measured device MiB): the
+    /// device's and the CPU's timelines.
+    #[arg(long, help_heading = "Hybrid GPU/CPU join")]
+    hybrid_timeline: bool,
     /// Do not promise the joins that R's keys are unique where they are (as a join of files,
     /// whose keys nobody vouches for): Auto then samples R for duplicates, and the hash
     /// joins use tables that allow them.
@@ -236,10 +241,10 @@ pub(crate) fn parse_algorithm(s: &str) -> std::result::Result<Algorithm, String>
 pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
     let mut algorithms = args.algorithm.clone();
     if args.gpu_memory.is_none()
-        && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some())
+        && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some() || args.hybrid_timeline)
     {
         return Err(BenchError::Usage(
-            "--hybrid-split and --hybrid-partitions go with --gpu-memory".into(),
+            "--hybrid-split, --hybrid-partitions and --hybrid-timeline go with --gpu-memory".into(),
         ));
     }
     if let (Some(left), Some(right), Some(on)) = (&args.left, &args.right, &args.on) {
@@ -706,6 +711,28 @@ fn hybrid<B: JoinBackend, K: Key>(
             .detail("r-multiplicity", args.r_multiplicity)
             .detail("workload", w.shape.as_str());
         ctx.report.row(row);
+        if args.hybrid_timeline {
+            for p in &st.pairs {
+                let worker = match p.worker {
+                    Worker::Device => "device",
+                    Worker::Cpu => "cpu",
+                };
+                ctx.report.row(
+                    Row::new("hybrid pairs")
+                        .with("requested", algorithm.name())
+                        .with("worker", worker)
+                        .with("partition", p.partition)
+                        .with("start ms", p.start_ms)
+                        .with("end ms", p.end_ms)
+                        .with("left rows", p.left_rows)
+                        .with("right rows", p.right_rows)
+                        .with("out rows", p.output_rows)
+                        .with("estimate MiB", mib(p.estimate_bytes))
+                        .with_opt("peak MiB", p.peak_bytes.map(mib))
+                        .with("refused", if p.refused { "yes" } else { "no" }),
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -764,13 +764,21 @@ fn hybrid_join_sweeps_the_device_budget() {
             "fit-first",
             "--hybrid-partitions",
             "8",
+            "--hybrid-timeline",
             "--sweep",
             "gpu-memory=0,2^30,4 GiB",
         ],
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let rows = json_rows(&d, "join");
+    let all = json_rows(&d, "join");
+    let (rows, pairs): (Vec<_>, Vec<_>) = all.iter().partition(|r| r["table"] == "join");
     assert_eq!(rows.len(), 3);
+    // The fallback's one record, then 8 pairs (of which none empty) at each budget.
+    assert_eq!(pairs.len(), 1 + 8 + 8, "{pairs:?}");
+    assert!(
+        pairs[1..].iter().all(|p| p["worker"] == "device"),
+        "{pairs:?}"
+    );
     for r in &rows {
         // Every S row holds a key of R: one output row each.
         assert_eq!(r["out rows"], 2 * 4096, "{r}");
@@ -815,7 +823,7 @@ fn hybrid_join_sweeps_the_device_budget() {
         "over the budget of 1024 bytes",
     );
     fails(
-        &jb(&d, &["join", "--r", "2^10", "--hybrid-split", "shared"]),
+        &jb(&d, &["join", "--r", "2^10", "--hybrid-timeline"]),
         "go with --gpu-memory",
     );
     fails(
