@@ -16,7 +16,9 @@
 //! or wide, 4- or 8-byte keys, or TPC-H `orders ⋈ lineitem`, with every algorithm: per-phase
 //! times, throughput ((|R| + |S|) / time), peak device memory and the bytes floor. With
 //! `--memory-budget` a workload runs the chunked join instead (NPHJ-open and NPHJ-chained),
-//! each chunk dropped as it comes, and reports the chunks.
+//! each chunk dropped as it comes, and reports the chunks. With `--gpu-memory` the tables
+//! stay in host memory and a workload runs the hybrid GPU/CPU join (`joinkit::hybrid_join`)
+//! within that device budget.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,8 +27,9 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::Field;
 use clap::Args;
 use joinkit::{
-    Algorithm, Column, JoinBackend, JoinKind, JoinOptions, JoinStats, Table, check_rows,
-    join_columns, join_columns_chunked, output_row_bytes,
+    Algorithm, Column, HybridOptions, HybridSplit, HybridStats, JoinBackend, JoinKind, JoinOptions,
+    JoinStats, Table, Worker, check_rows, hybrid_join, join_columns, join_columns_chunked,
+    output_row_bytes,
 };
 use joinkit_cuda::{
     Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, each_column, map_column,
@@ -145,6 +148,31 @@ pub(crate) struct JoinArgs {
     /// algorithms it takes) unless --algorithm says; reports the number of chunks.
     #[arg(long, value_parser = parse_size, conflicts_with = "left", help_heading = "Generated workloads")]
     memory_budget: Option<usize>,
+    /// Device memory budget of the hybrid GPU/CPU join, as 8GiB, 2^30 or bytes: the tables
+    /// stay in host memory, are hash-partitioned on the CPU and joined pair by pair on the
+    /// device (each pair within this budget) and on the CPU at once; the row gives the
+    /// device's share, the bytes over the host link, per-phase times and the peak device
+    /// memory. 0 runs the CPU join alone (the baseline); sweep it (`--sweep
+    /// gpu-memory=0,2^28..2^33`) for time against the budget.
+    #[arg(
+        long,
+        value_parser = parse_size,
+        conflicts_with_all = ["left", "memory_budget"],
+        help_heading = "Hybrid GPU/CPU join"
+    )]
+    gpu_memory: Option<usize>,
+    /// How the hybrid join shares partition pairs: shared (one queue, by measured rates;
+    /// default), fit-first (every pair that fits on the device) or device-only.
+    #[arg(long, value_parser = parse_split, help_heading = "Hybrid GPU/CPU join")]
+    hybrid_split: Option<HybridSplit>,
+    /// Partitions of the hybrid join, 1 to 1024 (default: from the budget).
+    #[arg(long, help_heading = "Hybrid GPU/CPU join")]
+    hybrid_partitions: Option<usize>,
+    /// Also report every partition pair of the hybrid join's median run (table `hybrid
+    /// pairs`: worker, start and end ms, rows, estimated and measured device MiB): the
+    /// device's and the CPU's timelines.
+    #[arg(long, help_heading = "Hybrid GPU/CPU join")]
+    hybrid_timeline: bool,
     /// Do not promise the joins that R's keys are unique where they are (as a join of files,
     /// whose keys nobody vouches for): Auto then samples R for duplicates, and the hash
     /// joins use tables that allow them.
@@ -167,7 +195,7 @@ pub(crate) struct JoinArgs {
         long,
         value_enum,
         default_value = "device",
-        conflicts_with_all = ["left", "memory_budget", "tpch", "zipf", "r_zipf"],
+        conflicts_with_all = ["left", "memory_budget", "tpch", "zipf", "r_zipf", "gpu_memory"],
         help_heading = "Streamed joins"
     )]
     inputs: Inputs,
@@ -218,6 +246,11 @@ pub(crate) fn kind_name(kind: JoinKind) -> &'static str {
     KINDS.iter().find(|k| k.1 == kind).map_or("?", |k| k.0)
 }
 
+/// A hybrid split by name (see [`HybridSplit::from_name`]; a clap value parser).
+fn parse_split(s: &str) -> std::result::Result<HybridSplit, String> {
+    HybridSplit::from_name(s).ok_or_else(|| "use shared, fit-first or device-only".to_string())
+}
+
 /// Rows per key, at least 1 (a clap value parser).
 fn parse_multiplicity(s: &str) -> std::result::Result<usize, String> {
     match parse_size(s)? {
@@ -235,6 +268,13 @@ pub(crate) fn parse_algorithm(s: &str) -> std::result::Result<Algorithm, String>
 
 pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
     let mut algorithms = args.algorithm.clone();
+    if args.gpu_memory.is_none()
+        && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some() || args.hybrid_timeline)
+    {
+        return Err(BenchError::Usage(
+            "--hybrid-split, --hybrid-partitions and --hybrid-timeline go with --gpu-memory".into(),
+        ));
+    }
     if let (Some(left), Some(right), Some(on)) = (&args.left, &args.right, &args.on) {
         let algorithm = match algorithms[..] {
             [] => Algorithm::Auto,
@@ -263,6 +303,16 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
     }
     if args.inputs != Inputs::Device {
         return streamed(device, args, &algorithms, ctx);
+    }
+    if args.gpu_memory.is_some() {
+        if algorithms.is_empty() {
+            algorithms = vec![Algorithm::Auto];
+        }
+        return match args.key_bits {
+            KeyBits::U32 => with_backend!(device, b => hybrid::<_, u32>(b, args, &algorithms, ctx)),
+            KeyBits::U64 => with_backend!(device, b => hybrid::<_, u64>(b, args, &algorithms, ctx)),
+        }
+        .map_err(Into::into);
     }
     if algorithms.is_empty() {
         algorithms = match args.memory_budget {
@@ -567,6 +617,15 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<Workload
     })
 }
 
+/// A workload's join options: `algorithm`, R's keys promised unique where they are (unless
+/// `--no-right-unique`).
+fn workload_options(args: &JoinArgs, algorithm: Algorithm, r_unique: bool) -> JoinOptions {
+    JoinOptions::new(args.kind)
+        .algorithm(algorithm)
+        .narrow_keys(!args.no_key_narrowing)
+        .right_unique(r_unique && !args.no_right_unique)
+}
+
 /// `payloads` generated payload columns of the keys' width, functions of the key.
 pub(crate) fn payload_columns<B: Backend, K: Key>(
     b: &B,
@@ -621,10 +680,7 @@ fn bench<B: JoinBackend, K: Key>(
     let output_row = output_row_bytes(args.kind, &left.payloads, &right.payloads) as f64;
     let runs = ctx.runs(10);
     for &algorithm in algorithms {
-        let mut opts = JoinOptions::new(args.kind)
-            .algorithm(algorithm)
-            .narrow_keys(!args.no_key_narrowing)
-            .right_unique(r_unique && !args.no_right_unique);
+        let mut opts = workload_options(args, algorithm, r_unique);
         let (chunks, st) = match args.memory_budget {
             Some(budget) => {
                 opts = opts.memory_budget(budget as u64);
@@ -672,4 +728,88 @@ fn chunked<B: JoinBackend, K: Key>(
         drop(chunk?);
     }
     Ok((chunks.chunks(), chunks.stats()))
+}
+
+/// The hybrid GPU/CPU join of a workload whose tables stay in host memory, `b` the device:
+/// a row per algorithm with the device/CPU split, link bytes, per-phase times and the peak
+/// device memory, timed on the wall clock (median of the runs).
+fn hybrid<B: JoinBackend, K: Key>(
+    b: &B,
+    args: &JoinArgs,
+    algorithms: &[Algorithm],
+    ctx: &mut Ctx,
+) -> joinkit_cuda::Result<()> {
+    let w = workload::<K>(args, matches!(b.kind(), DeviceKind::Cuda(_)))?;
+    let cpu = CpuBackend::new();
+    let (right, left) = (
+        table(&cpu, &w.r, args.payloads, 100)?,
+        table(&cpu, &w.s, args.payloads, 200)?,
+    );
+    let budget = args.gpu_memory.unwrap_or(0) as u64;
+    let split = args.hybrid_split.unwrap_or(HybridSplit::Shared);
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    for &algorithm in algorithms {
+        let join = workload_options(args, algorithm, w.r_unique);
+        let mut opts = HybridOptions::new(join, budget).split(split);
+        opts.partitions = args.hybrid_partitions;
+        let (_, st) = measure::median_run(
+            ctx.runs(5),
+            || hybrid_join(b, &left, &right, &opts),
+            |st: &HybridStats| st.wall_ms,
+        )?;
+        let fallback = match st.fallback {
+            None => "no".to_string(),
+            Some(f) => format!("{f:?}"),
+        };
+        let row = Row::new("join")
+            .with("r", w.r.len())
+            .with("s", w.s.len())
+            .with("requested", algorithm.name())
+            .with("kind", kind_name(args.kind))
+            .with("gpu memory MiB", mib(budget))
+            .with("split", split.name())
+            .with("total ms", st.wall_ms)
+            .with("M tuples/s", st.mtuples_per_s())
+            .with("partition ms", st.partition_ms)
+            .with("device ms", st.device.busy_ms)
+            .with("cpu ms", st.cpu.busy_ms)
+            .with("assemble ms", st.assemble_ms)
+            .with("device share %", 100.0 * st.device_share())
+            .with("partitions", st.partitions)
+            .with("device pairs", st.device.pairs)
+            .with("cpu pairs", st.cpu.pairs)
+            .with("link MiB", mib(st.link_bytes))
+            .with_opt("peak MiB", st.peak_device_bytes.map(mib))
+            .with("out rows", st.output_rows)
+            .detail("refused pairs", st.refused)
+            .detail("fallback", fallback)
+            .detail("key-bits", K::BITS)
+            .detail("payloads", args.payloads)
+            .detail("r-multiplicity", args.r_multiplicity)
+            .detail("workload", w.shape.as_str());
+        ctx.report.row(row);
+        if args.hybrid_timeline {
+            for p in &st.pairs {
+                let worker = match p.worker {
+                    Worker::Device => "device",
+                    Worker::Cpu => "cpu",
+                };
+                ctx.report.row(
+                    Row::new("hybrid pairs")
+                        .with("requested", algorithm.name())
+                        .with("worker", worker)
+                        .with("partition", p.partition)
+                        .with("start ms", p.start_ms)
+                        .with("end ms", p.end_ms)
+                        .with("left rows", p.left_rows)
+                        .with("right rows", p.right_rows)
+                        .with("out rows", p.output_rows)
+                        .with("estimate MiB", mib(p.estimate_bytes))
+                        .with_opt("peak MiB", p.peak_bytes.map(mib))
+                        .with("refused", if p.refused { "yes" } else { "no" }),
+                );
+            }
+        }
+    }
+    Ok(())
 }

@@ -154,15 +154,29 @@ pub(crate) fn sizes_or(asked: &[usize], on_gpu: bool, gpu: &[u32], cpu: &[u32]) 
     logs.iter().map(|&l| 1 << l).collect()
 }
 
-/// Parses a size written as `2^27`, `134217728` or `1_000_000` (a clap value parser).
+/// Binary units a size may end in, by their power of 1024.
+const UNITS: [(&str, u32); 4] = [("KiB", 1), ("MiB", 2), ("GiB", 3), ("TiB", 4)];
+
+/// Parses a size written as `2^27`, `134217728` or `1_000_000`, optionally in a binary unit
+/// (`8GiB`, `2^4 MiB`; KiB, MiB, GiB, TiB) (a clap value parser).
 pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
     let t = s.trim().replace('_', "");
-    let parsed = match t.split_once('^') {
+    let (number, scale) = UNITS
+        .iter()
+        .find_map(|&(unit, power)| {
+            t.strip_suffix(unit)
+                .map(|n| (n.trim_end(), 1usize.checked_shl(10 * power)))
+        })
+        .unwrap_or((t.as_str(), Some(1)));
+    let parsed = match number.split_once('^') {
         Some(("2", e)) => e.parse::<u32>().ok().and_then(|e| 1usize.checked_shl(e)),
         Some(_) => None,
-        None => t.parse::<usize>().ok(),
+        None => number.parse::<usize>().ok(),
     };
-    parsed.ok_or_else(|| format!("{s:?} is not a size (write 2^27 or 134217728)"))
+    parsed
+        .zip(scale)
+        .and_then(|(n, scale)| n.checked_mul(scale))
+        .ok_or_else(|| format!("{s:?} is not a size (write 2^27, 134217728 or 8GiB)"))
 }
 
 /// Most runs `--repeat` and `--warmup` take: more is a typo that would run for days (and
@@ -258,6 +272,11 @@ mod tests {
         assert!(super::parse_size("3^2").is_err());
         assert!(super::parse_size("2^99").is_err());
         assert!(super::parse_size("x").is_err());
+        assert_eq!(super::parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(super::parse_size("2^4 MiB"), Ok(16 << 20));
+        assert_eq!(super::parse_size("3 KiB"), Ok(3 << 10));
+        assert!(super::parse_size("GiB").is_err());
+        assert!(super::parse_size("2^60TiB").is_err());
     }
 
     #[test]

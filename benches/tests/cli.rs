@@ -743,6 +743,95 @@ fn a_sweep_writes_a_table_json_lines_and_plots() {
     );
 }
 
+/// The hybrid GPU/CPU join on the CPU (the CPU backend standing in for the device), its
+/// budget swept from 0 (the CPU join alone) to every pair on the "device" in sizes of every
+/// spelling: the same output rows at every budget, the hybrid's figures in every row; a
+/// device-only run without room for a pair is a one-line error.
+#[test]
+fn hybrid_join_sweeps_the_device_budget() {
+    let d = dir("hybrid");
+    let o = jb(
+        &d,
+        &[
+            "join",
+            "--repeat",
+            "1",
+            "--r",
+            "2^12",
+            "--kind",
+            "left-outer",
+            "--hybrid-split",
+            "fit-first",
+            "--hybrid-partitions",
+            "8",
+            "--hybrid-timeline",
+            "--sweep",
+            "gpu-memory=0,2^30,4 GiB",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let all = json_rows(&d, "join");
+    let (rows, pairs): (Vec<_>, Vec<_>) = all.iter().partition(|r| r["table"] == "join");
+    assert_eq!(rows.len(), 3);
+    // The fallback's one record, then 8 pairs (of which none empty) at each budget.
+    assert_eq!(pairs.len(), 1 + 8 + 8, "{pairs:?}");
+    assert!(
+        pairs[1..].iter().all(|p| p["worker"] == "device"),
+        "{pairs:?}"
+    );
+    for r in &rows {
+        // Every S row holds a key of R: one output row each.
+        assert_eq!(r["out rows"], 2 * 4096, "{r}");
+        for field in [
+            "total ms",
+            "M tuples/s",
+            "partition ms",
+            "device ms",
+            "cpu ms",
+            "device share %",
+            "link MiB",
+            "device pairs",
+            "cpu pairs",
+        ] {
+            assert!(!r[field].is_null(), "{field} missing in {r}");
+        }
+    }
+    assert_eq!(rows[0]["gpu-memory"], 0);
+    assert_eq!(rows[0]["fallback"], "NoDeviceMemory");
+    assert_eq!(rows[0]["device pairs"], 0);
+    assert_eq!(rows[2]["gpu-memory"], 4u64 << 30);
+    for r in &rows[1..] {
+        assert_eq!(r["fallback"], "no", "{r}");
+        assert_eq!(r["partitions"], 8, "{r}");
+        assert_eq!(r["device share %"], 100.0, "{r}");
+        assert_eq!(r["cpu pairs"], 0, "{r}");
+        assert!(r["link MiB"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    fails(
+        &jb(
+            &d,
+            &[
+                "join",
+                "--r",
+                "2^10",
+                "--gpu-memory",
+                "1KiB",
+                "--hybrid-split",
+                "device-only",
+            ],
+        ),
+        "over the budget of 1024 bytes",
+    );
+    fails(
+        &jb(&d, &["join", "--r", "2^10", "--hybrid-timeline"]),
+        "go with --gpu-memory",
+    );
+    fails(
+        &jb(&d, &["join", "--r", "2^10", "--gpu-memory", "1 PiB"]),
+        "\"1 PiB\" is not a size",
+    );
+}
+
 #[test]
 fn every_subcommand_runs_on_small_sizes() {
     let d = dir("subcommands");

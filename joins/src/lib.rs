@@ -25,6 +25,10 @@
 //! the chunked joins ([`join_columns_chunked`], [`join_rows_chunked`]: a non-partitioned hash
 //! join, built and counted once) yield it instead in pieces that each fit the budget.
 //!
+//! Tables in host memory larger than the device allows ([`hybrid_join`], Thostrup et al. §5):
+//! hash-partitioned on the CPU into pairs sized against a device memory budget, joined pair
+//! by pair on the device and on the CPU at the same time, from one queue.
+//!
 //! Sequences of joins ([`join_sequence`], Wu et al. §5.2.7): a fact table joined with `k`
 //! dimension tables, each foreign-key column materialized just before its join (or, as the
 //! baseline, all up front), payloads gathered once at the end from the composed gather maps.
@@ -48,6 +52,7 @@ mod copart;
 #[cfg(feature = "cuda")]
 mod copart_cuda;
 mod flags;
+mod hybrid;
 mod join;
 mod phj;
 mod probe;
@@ -72,6 +77,10 @@ pub use copart::{
     MAX_BUILD_CAPACITY, MIX_SEED, PairColumns, Pieces, set_cpu_phj_limits,
 };
 pub use flags::MatchFlags;
+pub use hybrid::{
+    Fallback, HYBRID_SEED, HybridOptions, HybridSplit, HybridStats, MIN_PARTITIONS, PairStats,
+    Worker, WorkerStats, hybrid_join,
+};
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use probe::ProbeTable;

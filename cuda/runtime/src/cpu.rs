@@ -83,10 +83,14 @@ impl Backend for CpuBackend {
     }
 
     // Copies are allocated fallibly too: a column the host cannot hold twice is an error,
-    // not an abort.
+    // not an abort. Large ones are copied (and their pages first touched) by every thread.
     fn upload<T: Element>(&self, host: &[T]) -> Result<Vec<T>> {
         let mut v = try_reserved(host.len())?;
-        v.extend_from_slice(host);
+        if host.len() < PARALLEL_THRESHOLD {
+            v.extend_from_slice(host);
+        } else {
+            v.par_extend(host.par_iter().copied());
+        }
         Ok(v)
     }
 

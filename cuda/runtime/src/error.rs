@@ -97,6 +97,19 @@ pub enum Error {
         /// The budget in bytes.
         budget: u64,
     },
+    /// Work asked to run on the device alone needs more device memory than the caller allows
+    /// it (`joinkit::HybridOptions::gpu_memory`, with the device-only split of the hybrid
+    /// GPU/CPU join): counted from the work's size before it runs.
+    #[error(
+        "a partition pair needs about {needed} bytes of device memory, over the budget of \
+         {budget} bytes; let the CPU take such pairs or allow more device memory"
+    )]
+    DeviceBudget {
+        /// Bytes the work is estimated to need on the device.
+        needed: u64,
+        /// The device memory allowed, in bytes.
+        budget: u64,
+    },
     /// Encoded data is truncated or corrupt (with what was wrong).
     #[error("corrupt or truncated encoded data: {0}")]
     Corrupt(String),
