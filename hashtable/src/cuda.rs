@@ -520,20 +520,6 @@ pub fn mark_matched<K: Key>(
         .map_err(driver("launching a hash-table kernel"))
 }
 
-/// Reads the last element of a device view (synchronizes).
-fn read_last(backend: &CudaBackend, v: &CudaView<'_, u64>) -> Result<u64> {
-    let mut host = [0u64];
-    backend
-        .stream()
-        .memcpy_dtoh(&v.slice(v.len() - 1..), &mut host)
-        .map_err(|e| Error::Driver {
-            op: "reading a match total",
-            message: format!("{e:?}"),
-        })?;
-    backend.synchronize()?;
-    Ok(host[0])
-}
-
 impl HashTables for CudaBackend {
     fn build_table<'k, K: Key>(
         &self,
@@ -631,7 +617,7 @@ impl HashTables for CudaBackend {
             &mut tile_offsets.view_mut(),
             &mut scratch,
         )?;
-        let total = read_last(self, &tile_offsets.view())?;
+        let total = self.read_element(&tile_offsets.view(), tile_offsets.len() - 1)?;
         Ok(Matches {
             counts,
             tile_offsets,

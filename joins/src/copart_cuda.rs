@@ -229,20 +229,6 @@ fn output_ptrs<K: Key>(
     }
 }
 
-/// Element `i` of a device buffer, read back (one synchronization).
-fn read_at<T: joinkit_cuda::Element>(
-    b: &CudaBackend,
-    buf: &DeviceBuffer<T>,
-    i: usize,
-) -> Result<T> {
-    let mut host = [T::default()];
-    b.stream()
-        .memcpy_dtoh(&buf.view().slice(i..i + 1), &mut host[..])
-        .map_err(driver("reading back a count"))?;
-    b.synchronize()?;
-    Ok(host[0])
-}
-
 /// A zeroed buffer.
 fn zeros<T: joinkit_cuda::Element>(b: &CudaBackend, n: usize) -> Result<DeviceBuffer<T>> {
     let mut buf = b.alloc::<T>(n)?;
@@ -597,8 +583,8 @@ impl CoPartitionJoin for CudaBackend {
             ],
         )?;
         let po = self.exclusive_sum(&counts)?;
-        let total = read_at(self, &po, fanout)?;
-        let used = u64::from(read_at(self, &chains.used, 0)?);
+        let total = self.read_element(&po.view(), fanout)?;
+        let used = u64::from(self.read_element(&chains.used.view(), 0)?);
         if used != total || used > joinkit_cuda::Buffer::len(&chains.next) as u64 {
             return Err(Error::Corrupt(format!(
                 "{used} buckets taken, {total} needed by the chains' row counts"
@@ -704,7 +690,7 @@ impl CoPartitionJoin for CudaBackend {
         )?;
         let item_offsets = self.exclusive_sum(&item_counts)?;
         drop(item_counts);
-        let n_items = read_at(self, &item_offsets, fanout)?;
+        let n_items = self.read_element(&item_offsets.view(), fanout)?;
         if n_items == 0 {
             return empty(flags);
         }

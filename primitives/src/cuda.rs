@@ -99,13 +99,7 @@ pub(crate) fn read_at<T: Element>(
     view: &CudaView<'_, T>,
     i: usize,
 ) -> Result<T> {
-    let mut host = [T::default()];
-    backend
-        .stream()
-        .memcpy_dtoh(&view.slice(i..i + 1), &mut host)
-        .map_err(driver("copying to the host"))?;
-    backend.synchronize()?;
-    Ok(host[0])
+    backend.read_element(view, i)
 }
 
 /// A device status word that index-driven kernels record bad input positions in: the first

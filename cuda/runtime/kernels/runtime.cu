@@ -44,3 +44,13 @@ extern "C" __global__ void random_bits_u32(uint32_t* out, uint64_t n, uint64_t s
 extern "C" __global__ void random_bits_u64(uint64_t* out, uint64_t n, uint64_t seed, uint64_t m) {
   random_bits(out, n, seed, m);
 }
+
+// One element stored into a page-locked host word by the GPU itself: the host reads it after
+// a synchronization. A store over the link, not a copy-engine transfer, so a read-back never
+// waits behind bulk copies that other streams have queued in the same direction.
+extern "C" __global__ void read_element_u32(const uint32_t* src, uint64_t i, uint32_t* host) {
+  *reinterpret_cast<volatile uint32_t*>(host) = src[i];
+}
+extern "C" __global__ void read_element_u64(const uint64_t* src, uint64_t i, uint64_t* host) {
+  *reinterpret_cast<volatile uint64_t*>(host) = src[i];
+}

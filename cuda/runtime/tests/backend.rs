@@ -107,6 +107,27 @@ fn cuda_backend_meets_the_contract() {
     assert!(after.peak_bytes >= before.current_bytes + (1 << 20));
 }
 
+/// Elements read back through the mapped word equal the download, at every position and both
+/// widths (a u32 after a u64 leaves no stale high bytes); past the end is a typed error.
+#[cfg(feature = "cuda")]
+#[test]
+fn elements_read_back_one_by_one() {
+    let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("elements_read_back_one_by_one") else {
+        return;
+    };
+    let wide: Vec<u64> = (0..1000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    let narrow: Vec<u32> = wide.iter().map(|&x| (x >> 7) as u32).collect();
+    let (w, n) = (gpu.upload(&wide).unwrap(), gpu.upload(&narrow).unwrap());
+    for i in (0..1000).step_by(37).chain([999]) {
+        assert_eq!(gpu.read_element(&w.view(), i).unwrap(), wide[i]);
+        assert_eq!(gpu.read_element(&n.view(), i).unwrap(), narrow[i]);
+    }
+    assert!(matches!(
+        gpu.read_element(&n.view(), 1000),
+        Err(joinkit_cuda::Error::IndexOutOfRange { .. })
+    ));
+}
+
 /// A freed buffer goes to the backend's cache and comes back for the next request of its size
 /// in bytes; the cache keeps to its limit, oldest first, and is not counted as used memory.
 /// The cache test and the out-of-memory test run one at a time: a failed allocation empties

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 pub use cudarc;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaStream, CudaView, DevicePtr, DriverError, LaunchConfig,
+    PushKernelArg,
 };
 
 pub use buffer::DeviceBuffer;
@@ -106,7 +107,23 @@ struct Inner {
     /// Freed allocations kept for reuse (see [`CudaBackend::set_buffer_cache_limit`]).
     cache: Arc<BufferCache>,
     functions: Mutex<HashMap<(usize, &'static str), CudaFunction>>,
+    /// The page-locked word [`CudaBackend::read_element`] has the GPU store into (made on
+    /// first use); the lock also keeps two threads' reads apart.
+    readback: Mutex<Option<ReadbackWord>>,
 }
+
+/// A page-locked host word mapped into the device's address space.
+#[derive(Debug)]
+struct ReadbackWord {
+    /// Owns the allocation.
+    _pinned: cudarc::driver::PinnedHostSlice<u64>,
+    host: *const u64,
+    device: cudarc::driver::sys::CUdeviceptr,
+}
+
+// SAFETY: the word is only read under the backend's lock, after the stream that the kernel
+// storing into it runs on was synchronized.
+unsafe impl Send for ReadbackWord {}
 
 /// The CUDA backend: a device, a stream all its work is queued on, and memory accounting.
 ///
@@ -227,6 +244,7 @@ impl CudaBackend {
                 memory: Arc::default(),
                 cache,
                 functions: Mutex::default(),
+                readback: Mutex::default(),
             }),
         })
     }
@@ -446,6 +464,78 @@ impl Scalar {
         } else {
             (name64, Scalar::U64(v))
         }
+    }
+}
+
+impl CudaBackend {
+    /// Element `i` of `view`, read back: one synchronization of the stream. The GPU stores the
+    /// element into a page-locked word itself, so the read never queues on the copy engines
+    /// behind bulk copies of other streams (a streamed join's outputs going back to the host
+    /// while the next chunk's probe reads its count).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] when `i` is past the view; driver errors.
+    pub fn read_element<T: Element>(&self, view: &CudaView<'_, T>, i: usize) -> Result<T> {
+        if i >= view.len() {
+            return Err(Error::IndexOutOfRange {
+                what: "element read back",
+                index: i as u64,
+                len: view.len(),
+            });
+        }
+        let mut word = self
+            .inner
+            .readback
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if word.is_none() {
+            *word = Some(self.readback_word()?);
+        }
+        let Some(word) = word.as_ref() else {
+            return Err(Error::Corrupt("no read-back word".into()));
+        };
+        let name = if T::BITS == 32 {
+            "read_element_u32"
+        } else {
+            "read_element_u64"
+        };
+        let f = self.function(&RUNTIME_KERNELS, name)?;
+        let (src, _guard) = view.device_ptr(self.stream());
+        let at = i as u64;
+        let mut b = self.stream().launch_builder(&f);
+        b.arg(&src).arg(&at).arg(&word.device);
+        // SAFETY: the kernel reads element `i` of `view` (checked above) and stores it into
+        // the mapped word, which holds 8 bytes.
+        unsafe { b.launch(LaunchConfig::for_num_elems(1)) }
+            .map_err(|e| driver_error("launching a read-back", e))?;
+        self.synchronize()?;
+        // SAFETY: the word is 8 bytes of plain old data, written by the kernel that the
+        // synchronization above waited for; `T` is at most 8 bytes and its low bytes come
+        // first (the kernel stored a `T` at the word's address).
+        Ok(unsafe { std::ptr::read_volatile(word.host.cast::<T>()) })
+    }
+
+    fn readback_word(&self) -> Result<ReadbackWord> {
+        use cudarc::driver::sys;
+        // SAFETY: one u64 of plain old data, written by the GPU before any read.
+        let pinned = unsafe {
+            self.context()
+                .alloc_pinned_with_flags::<u64>(1, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+        }
+        .map_err(|e| driver_error("allocating a read-back word", e))?;
+        let host = pinned
+            .as_ptr()
+            .map_err(|e| driver_error("reading pinned host memory", e))?;
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host` is a live mapped pinned allocation of this context.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut _, 0) }
+            .result()
+            .map_err(|e| driver_error("mapping a read-back word", e))?;
+        Ok(ReadbackWord {
+            _pinned: pinned,
+            host,
+            device,
+        })
     }
 }
 
