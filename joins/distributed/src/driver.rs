@@ -2,20 +2,22 @@
 //! keys), move the rows (shuffle or replicate), join locally, and report.
 
 use joinkit::{JoinBackend, Materialized, Table, check_rows, join_columns};
+use joinkit_codec::Codec;
 use joinkit_comm::{Communicator, ReduceOp};
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
 use crate::shuffle::{TwoLevel, all_gather_table, exchange, partition, row_bytes, settle};
 use crate::skew::{heavy_keys, split_heavy};
+use crate::wire::{Level, Links, Traffic, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
 };
 
-/// Everything a backend needs for the distributed joins: the single-device joins and the hash
-/// partition that picks each row's rank.
-pub trait DistributedBackend: JoinBackend + HashPartition {}
-impl<B: JoinBackend + HashPartition> DistributedBackend for B {}
+/// Everything a backend needs for the distributed joins: the single-device joins, the hash
+/// partition that picks each row's rank, and the codec of compressed shuffles.
+pub trait DistributedBackend: JoinBackend + HashPartition + Codec {}
+impl<B: JoinBackend + HashPartition + Codec> DistributedBackend for B {}
 
 /// Joins `left` and `right` spread over the ranks of `comm` and returns this rank's part of
 /// the output as global row ids ([`crate::global_row`]: the rank that held the row, and its
@@ -168,7 +170,13 @@ where
         check_rows(left.len())?;
         check_rows(right.len())?;
         left_check(&left)?;
-        left_check(&right)
+        left_check(&right)?;
+        if opts.pipeline_chunks == 0 {
+            return Err(Error::InvalidArgument(
+                "a pipelined shuffle needs at least one chunk".into(),
+            ));
+        }
+        Ok(())
     })();
     settle(comm, "input check", local_check)?;
     if comm.all_gather(&[mine])?.iter().any(|&h| h != mine) {
@@ -218,15 +226,21 @@ where
         _ => None,
     };
 
+    let per_node = two_level.as_ref().map_or(ranks, |t| t.ranks_per_node);
+    let (mut traffic, mut links) = (Traffic::default(), Links::default());
+    let mut wire = |t: &Table<C::Backend, K>, side, level| {
+        plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
+    };
     let mut bytes_sent = 0u64;
     let (left, right) = if ranks == 1 {
         (left, right)
     } else if plan.placement == Placement::Replicated {
         let right = phase(b, &mut phases, "shuffle", || {
+            let w = wire(&right, "right", Level::AllGather)?;
             settle(
                 comm,
                 "replicating the right side",
-                all_gather_table(comm, b, &right),
+                all_gather_table(comm, b, &right, &w, &mut traffic),
             )
         })?;
         bytes_sent += (input_rows.1 * row_bytes.1 * (ranks - 1)) as u64;
@@ -267,22 +281,30 @@ where
                 .sum::<u64>()
         };
         bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
+        let level = match two_level {
+            Some(_) => Level::AcrossNodes,
+            None => Level::AllToAll,
+        };
         let (left, right) = phase(b, &mut phases, "shuffle", || {
-            let side = |t: &Table<C::Backend, K>, counts: &[usize], what| match &two_level {
-                Some(two) => two.exchange(comm, b, t, counts),
-                None => settle(comm, what, exchange(comm, b, t, counts)),
+            let mut side = |t: &Table<C::Backend, K>, counts: &[usize], name, what| {
+                let w = wire(t, name, level)?;
+                match &two_level {
+                    Some(two) => two.exchange(comm, b, t, counts, &w, &mut traffic),
+                    None => settle(comm, what, exchange(comm, b, t, counts, &w, &mut traffic)),
+                }
             };
-            let left = side(&left, &left_counts, "shuffling the left side")?;
-            let right = side(&right, &right_counts, "shuffling the right side")?;
+            let left = side(&left, &left_counts, "left", "shuffling the left side")?;
+            let right = side(&right, &right_counts, "right", "shuffling the right side")?;
             Ok((left, right))
         })?;
         match kept {
             None => (left, right),
             Some((left_heavy, right_heavy)) => phase(b, &mut phases, "shuffle", || {
+                let w = wire(&right_heavy, "right", Level::AllGather)?;
                 let right_heavy = settle(
                     comm,
                     "replicating heavy keys' right rows",
-                    all_gather_table(comm, b, &right_heavy),
+                    all_gather_table(comm, b, &right_heavy, &w, &mut traffic),
                 )?;
                 bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
                 settle(
@@ -336,6 +358,9 @@ where
         heavy_keys: plan.heavy.len(),
         phases,
         bytes_sent,
+        bytes_on_wire: traffic.columns.iter().map(|c| c.sent_bytes).sum(),
+        traffic: traffic.columns,
+        link_gbps: links.rates,
         input_rows,
         local_rows,
         output_rows: out.rows,

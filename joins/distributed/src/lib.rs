@@ -52,6 +52,7 @@ mod driver;
 mod shuffle;
 mod skew;
 mod stats;
+mod wire;
 
 pub use driver::{DistributedBackend, distributed_join_columns, distributed_join_rows};
 pub use joinkit::{Algorithm, JoinKind, JoinOptions, Materialized, Table};
@@ -60,6 +61,10 @@ pub use joinkit_cuda::{Error, Result};
 pub use shuffle::SHUFFLE_SEED;
 pub use skew::heavy_threshold;
 pub use stats::DistributedStats;
+pub use wire::{
+    ColumnTraffic, DEFAULT_BREAK_EVEN_GBPS, Level, MIN_RATIO, break_even_gbps,
+    codec_round_trip_gbps,
+};
 
 /// How rows travel to the rank that owns their key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +113,40 @@ pub enum Skew {
     },
 }
 
+/// Compression of the shuffled columns with the cascaded codec (Gao & Sakharnykh §4–5), per
+/// link level: in the two-level shuffle only the step across nodes (inside a node's NVLink
+/// domain the codec costs more than it saves), in the one-level shuffle and the all-gathers of
+/// replicated rows all of it. A column whose sampled ratio (all ranks together) is below
+/// [`MIN_RATIO`] is sent raw; the ranks agree on each column's decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Compression {
+    /// Every column raw.
+    Off,
+    /// Every column that compresses (sampled ratio ≥ [`MIN_RATIO`]).
+    On,
+    /// A column compressed where its link is slower than the column's break-even
+    /// ([`break_even_gbps`]): `break_even_gbps × (1 − 1/r)` for a sampled ratio `r`.
+    Auto {
+        /// The codec's round-trip rate in GB/s of raw bytes ([`codec_round_trip_gbps`] of its
+        /// encode and decode rates): the break-even of a column that shrinks without bound.
+        break_even_gbps: f64,
+        /// The link's rate in GB/s a rank sends; `None`: measured by an all-to-all of 8 MiB a
+        /// rank to the level's peers, once per join and level.
+        link_gbps: Option<f64>,
+    },
+}
+
+impl Compression {
+    /// [`Compression::Auto`] with the GPU codec's measured round trip
+    /// ([`DEFAULT_BREAK_EVEN_GBPS`]) and the link measured.
+    pub fn auto() -> Self {
+        Compression::Auto {
+            break_even_gbps: DEFAULT_BREAK_EVEN_GBPS,
+            link_gbps: None,
+        }
+    }
+}
+
 /// Options of a distributed join.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DistributedOptions {
@@ -124,6 +163,12 @@ pub struct DistributedOptions {
     pub skew: Skew,
     /// Bring every rank's output to rank 0 (the others return empty outputs).
     pub gather_to_root: bool,
+    /// Compression of the shuffled columns.
+    pub compress: Compression,
+    /// Chunks the probe (left) side is shuffled in with the partitioned placement, each probed
+    /// while the next is in flight (1: shuffle it whole, then join). See
+    /// [`DistributedOptions::pipeline_chunks`].
+    pub pipeline_chunks: usize,
 }
 
 impl DistributedOptions {
@@ -137,6 +182,8 @@ impl DistributedOptions {
             placement: Placement::Auto,
             skew: Skew::Replicate { load: 0.25 },
             gather_to_root: false,
+            compress: Compression::Off,
+            pipeline_chunks: 1,
         }
     }
 
@@ -167,6 +214,24 @@ impl DistributedOptions {
     /// Gathering the output on rank 0 or not.
     pub fn gather_to_root(mut self, gather: bool) -> Self {
         self.gather_to_root = gather;
+        self
+    }
+
+    /// With this compression of the shuffled columns.
+    pub fn compress(mut self, compress: Compression) -> Self {
+        self.compress = compress;
+        self
+    }
+
+    /// With the probe side shuffled in `chunks` chunks (the pipelined shuffle, Thostrup §4):
+    /// the build side is shuffled and its hash table built first, then the probe side,
+    /// partitioned once, moves a chunk at a time, each chunk probed while the next is in
+    /// flight, so the received probe side is never held whole and the shuffle hides under the
+    /// probe. 1 (the default) shuffles it whole, then joins. Only the partitioned placement
+    /// shuffles the probe side: a replicated build side, or a single rank, ignores it. 0 is
+    /// [`Error::InvalidArgument`] on every rank.
+    pub fn pipeline_chunks(mut self, chunks: usize) -> Self {
+        self.pipeline_chunks = chunks;
         self
     }
 }

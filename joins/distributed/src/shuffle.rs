@@ -1,11 +1,15 @@
 //! Moving a table's rows to the ranks that own their keys: hash partition by destination,
 //! then one all-to-all per column (one level), or two (across nodes to the rail peers, then
-//! within the node), and the all-gather that replicates a table on every rank.
+//! within the node), and the all-gather that replicates a table on every rank; each column
+//! raw or compressed ([`crate::wire`]).
 
 use joinkit::Table;
+use joinkit_codec::Codec;
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::{HashPartition, RowIds};
+
+use crate::wire::{Level, Pattern, Traffic, Wire, move_table};
 
 /// The seed of the hash that picks a key's rank: not the local partitioned joins' mix seed
 /// ([`joinkit::MIX_SEED`]), so the keys one rank receives still spread over all of its local
@@ -53,61 +57,46 @@ pub(crate) fn partition<B: Backend + HashPartition, K: Key>(
     Ok((Table::new(p.keys, p.payloads)?, counts))
 }
 
-/// Sends `send_counts[p]` rows of `table` (grouped by destination) to rank `p`, every column;
-/// returns the rows received, in rank order.
+/// Sends `send_counts[p]` rows of `table` (grouped by destination) to rank `p`, every column
+/// raw or compressed as `wire` says; returns the rows received, in rank order.
 pub(crate) fn exchange<C, K>(
     comm: &C,
     b: &C::Backend,
     table: &Table<C::Backend, K>,
     send_counts: &[usize],
+    wire: &Wire,
+    traffic: &mut Traffic,
 ) -> Result<Table<C::Backend, K>>
 where
     C: Communicator,
+    C::Backend: Codec,
     K: Key,
 {
-    move_columns(comm.all_to_all_v(b, &table.keys, send_counts), table, |c| {
-        Ok(map_column!(c, c, T => comm.all_to_all_v::<T>(b, c, send_counts)?.0))
-    })
+    move_table(
+        comm,
+        b,
+        table,
+        Pattern::AllToAll(send_counts),
+        wire,
+        traffic,
+    )
 }
 
-/// Every rank's `table`, concatenated in rank order, on every rank (a replicated build side).
+/// Every rank's `table`, concatenated in rank order, on every rank (a replicated build side),
+/// every column raw or compressed as `wire` says.
 pub(crate) fn all_gather_table<C, K>(
     comm: &C,
     b: &C::Backend,
     table: &Table<C::Backend, K>,
+    wire: &Wire,
+    traffic: &mut Traffic,
 ) -> Result<Table<C::Backend, K>>
 where
     C: Communicator,
+    C::Backend: Codec,
     K: Key,
 {
-    move_columns(comm.all_gather_v(b, &table.keys), table, |c| {
-        Ok(map_column!(c, c, T => comm.all_gather_v::<T>(b, c)?.0))
-    })
-}
-
-/// The table of `keys` (already moved by a collective) and `table`'s payload columns moved by
-/// `collective`, every column even after one fails on this rank, so the ranks' collectives
-/// stay in step; the first error.
-fn move_columns<B: Backend, K: Key>(
-    keys: Result<(B::Buf<K>, Vec<usize>)>,
-    table: &Table<B, K>,
-    collective: impl Fn(&Column<B>) -> Result<Column<B>>,
-) -> Result<Table<B, K>> {
-    let mut first_error = None;
-    let mut payloads = Vec::with_capacity(table.payloads.len());
-    for c in &table.payloads {
-        match collective(c) {
-            Ok(c) => payloads.push(c),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    let (keys, _) = keys?;
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    Table::new(keys, payloads)
+    move_table(comm, b, table, Pattern::AllGather, wire, traffic)
 }
 
 /// A two-level shuffle's layout: ranks are `nodes × ranks_per_node`, rank
@@ -145,7 +134,12 @@ impl TwoLevel {
         b: &C::Backend,
         table: &Table<C::Backend, K>,
         send_counts: &[usize],
-    ) -> Result<Table<C::Backend, K>> {
+        wire: &Wire,
+        traffic: &mut Traffic,
+    ) -> Result<Table<C::Backend, K>>
+    where
+        C::Backend: Codec,
+    {
         let per_node = self.ranks_per_node;
         let (node, local) = (comm.rank() / per_node, comm.rank() % per_node);
         let nodes = comm.size() / per_node;
@@ -173,7 +167,14 @@ impl TwoLevel {
         let arrived = settle(
             comm,
             "two-level shuffle across nodes",
-            exchange(comm, b, table, &to_node),
+            exchange(
+                comm,
+                b,
+                table,
+                &to_node,
+                &wire.at(Level::AcrossNodes),
+                traffic,
+            ),
         )?;
         // Block n (from node n) holds this node's destinations in local order; regroup the
         // rows by local destination, node by node.
@@ -207,7 +208,14 @@ impl TwoLevel {
                 .enumerate()
                 .map(|(j, &c)| (node * per_node + j, c)),
         );
-        exchange(comm, b, &regrouped, &within)
+        exchange(
+            comm,
+            b,
+            &regrouped,
+            &within,
+            &wire.at(Level::WithinNode),
+            traffic,
+        )
     }
 }
 
@@ -221,7 +229,7 @@ fn only_to(size: usize, pairs: impl IntoIterator<Item = (usize, usize)>) -> Vec<
 }
 
 /// `table`'s rows in `segments`, concatenated in the order given.
-fn regroup<B: Backend, K: Key>(
+pub(crate) fn regroup<B: Backend, K: Key>(
     b: &B,
     table: &Table<B, K>,
     segments: &[std::ops::Range<usize>],

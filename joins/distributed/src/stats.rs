@@ -2,7 +2,7 @@
 
 use joinkit::JoinStats;
 
-use crate::{Placement, Shuffle};
+use crate::{ColumnTraffic, Level, Placement, Shuffle};
 
 /// One rank's account of a distributed join, with the figures every rank shares.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +25,15 @@ pub struct DistributedStats {
     /// Bytes of rows this rank sent to other ranks (keys and columns; a two-level shuffle
     /// moves some of them twice).
     pub bytes_sent: u64,
+    /// Bytes this rank put on the links to other ranks, as sent (compressed columns as their
+    /// encoded words), every level and side counted (a two-level shuffle's rows twice).
+    pub bytes_on_wire: u64,
+    /// Each shuffled column's traffic per side and link level: raw and sent bytes, the scheme
+    /// and the sampled ratio its compression was decided from.
+    pub traffic: Vec<ColumnTraffic>,
+    /// The link rates [`crate::Compression::Auto`] decided from, per level (GB/s a rank
+    /// sends: configured, or measured by this join); empty when none was needed.
+    pub link_gbps: Vec<(Level, f64)>,
     /// Rows this rank held of the left and right inputs.
     pub input_rows: (usize, usize),
     /// Rows of the left and right sides this rank joined locally (after the shuffle).

@@ -13,8 +13,8 @@ use joinkit_comm::{CommConfig, Communicator, LocalWorld};
 use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key};
 use joinkit_distributed::{
-    DistributedBackend, DistributedOptions, Placement, Shuffle, Skew, distributed_join_columns,
-    distributed_join_rows, global_row,
+    Compression, DistributedBackend, DistributedOptions, Placement, Shuffle, Skew,
+    distributed_join_columns, distributed_join_rows, global_row,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -36,6 +36,9 @@ struct Case<K> {
     /// Materialized columns (`true`) or global row ids.
     columns: bool,
     gather_to_root: bool,
+    compress: Compression,
+    /// Chunks of the pipelined probe shuffle (1: blocking).
+    chunks: usize,
 }
 
 /// Keys with duplicates on both sides, no matches, one heavy key, the extremes.
@@ -63,6 +66,23 @@ fn spread(n: usize, ranks: usize) -> impl Strategy<Value = Vec<usize>> {
         proptest::collection::vec(0..ranks, n),
         (0..ranks).prop_map(move |r| vec![r; n]),
         Just((0..n).map(|i| i % ranks).collect()),
+    ]
+}
+
+/// Off, on, and automatic with a link configured slow (compressing), fast (not) or measured.
+fn compression() -> impl Strategy<Value = Compression> {
+    prop_oneof![
+        Just(Compression::Off),
+        Just(Compression::On),
+        Just(Compression::Auto {
+            break_even_gbps: 300.0,
+            link_gbps: Some(0.5),
+        }),
+        Just(Compression::Auto {
+            break_even_gbps: 300.0,
+            link_gbps: Some(1e6),
+        }),
+        Just(Compression::auto()),
     ]
 }
 
@@ -97,9 +117,21 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
         prop_oneof![Just(Skew::Off), Just(Skew::Replicate { load: 0.25 })],
         any::<bool>(),
         any::<bool>(),
+        (compression(), 1usize..=7),
     )
         .prop_flat_map(
-            |(left, right, (ranks, shuffle), kind, algorithm, placement, skew, columns, root)| {
+            |(
+                left,
+                right,
+                (ranks, shuffle),
+                kind,
+                algorithm,
+                placement,
+                skew,
+                columns,
+                root,
+                (compress, chunks),
+            )| {
                 let (l, r) = (left.len(), right.len());
                 (spread(l, ranks), spread(r, ranks)).prop_map(move |(left_ranks, right_ranks)| {
                     Case {
@@ -115,6 +147,8 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
                         skew,
                         columns,
                         gather_to_root: root,
+                        compress,
+                        chunks,
                     }
                 })
             },
@@ -211,6 +245,8 @@ fn options<K>(c: &Case<K>) -> DistributedOptions {
         .shuffle(c.shuffle)
         .skew(c.skew)
         .gather_to_root(c.gather_to_root)
+        .compress(c.compress)
+        .pipeline_chunks(c.chunks)
 }
 
 /// One rank's part of case `c`: its output as rows (as [`expected`] writes them) and its
@@ -513,6 +549,8 @@ fn a_heavy_key_is_replicated_and_balances_the_ranks() {
             skew,
             columns: true,
             gather_to_root: false,
+            compress: Compression::Off,
+            chunks: 1,
         };
         check_case(&c, &|| CpuBackend::new());
         let (_, stats) = run_case(&c, &|| CpuBackend::new());

@@ -1,0 +1,581 @@
+//! How a shuffled column crosses a link: raw, or compressed with the cascaded codec
+//! (Gao & Sakharnykh §4–5). Each rank samples its columns ([`Codec::select_scheme`]); the ranks
+//! add up their raw and estimated compressed bytes per column ([`Communicator::all_reduce`]), so
+//! every rank reads the same ratio and takes the same decision (a rank never waits for words
+//! that are not coming). A compressed column's per-destination slices are encoded by one
+//! [`Codec::compress_many`] over the partition bounds, moved as words, and decoded on arrival
+//! by one [`Codec::decompress_many_into`] straight into the receive column.
+
+use std::time::Instant;
+
+use joinkit::Table;
+use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
+use joinkit_comm::{Communicator, ReduceOp, total};
+use joinkit_cuda::{Backend, Buffer, Element, Error, Key, Result, each_column, map_column};
+
+use crate::Compression;
+use crate::shuffle::settle;
+
+/// Sampled ratio below which a column is sent raw whatever the link: the codec's work and the
+/// stream headers would buy less than a tenth of the bytes.
+pub const MIN_RATIO: f64 = 1.1;
+
+/// The codec's round trip on the GPU, in GB/s of raw bytes: encode 450 and decode 1100 GB/s
+/// (the selector's scheme on l_orderkey-like keys, H200, docs/results/codec.md), so
+/// `1 / (1/450 + 1/1100)`. The default of [`Compression::auto`].
+pub const DEFAULT_BREAK_EVEN_GBPS: f64 = 319.0;
+
+/// Bytes each rank sends in the all-to-all that measures a link ([`Compression::Auto`] without
+/// a configured rate), after one round of the same size that warms the connections up.
+const PROBE_BYTES: usize = 8 << 20;
+
+/// The codec's round-trip rate from its encode and decode rates (GB/s of raw bytes): the link
+/// bandwidth below which compressing pays for a column that shrinks without bound.
+pub fn codec_round_trip_gbps(encode_gbps: f64, decode_gbps: f64) -> f64 {
+    1.0 / (1.0 / encode_gbps + 1.0 / decode_gbps)
+}
+
+/// The link bandwidth (GB/s a rank sends) below which compressing a column of sampled ratio
+/// `ratio` pays. Sending `X` bytes raw takes `X / L`; compressed, encode, send and decode take
+/// `X / E + X / (r L) + X / D`, less when `L < (1 − 1/r) / (1/E + 1/D)`: `round_trip_gbps`
+/// ([`codec_round_trip_gbps`]) times `1 − 1/r`.
+pub fn break_even_gbps(ratio: f64, round_trip_gbps: f64) -> f64 {
+    if ratio <= 1.0 {
+        0.0
+    } else {
+        round_trip_gbps * (1.0 - 1.0 / ratio)
+    }
+}
+
+/// The links rows cross, each with its own compression decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// The one-level shuffle: every rank to every rank.
+    AllToAll,
+    /// The two-level shuffle's first step: to the rail peers of the other nodes.
+    AcrossNodes,
+    /// The two-level shuffle's second step, inside a node (NVLink): never compressed.
+    WithinNode,
+    /// A replicated side (the build side, or heavy keys' rows) to every rank.
+    AllGather,
+}
+
+impl Level {
+    /// The level's name in statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::AllToAll => "all-to-all",
+            Level::AcrossNodes => "across nodes",
+            Level::WithinNode => "within node",
+            Level::AllGather => "all-gather",
+        }
+    }
+}
+
+/// One shuffled column's traffic at one level, on this rank (summed over a pipeline's chunks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnTraffic {
+    /// `"left"` or `"right"`.
+    pub side: &'static str,
+    /// 0 for the keys, `1 + i` for payload column `i`.
+    pub column: usize,
+    /// The link crossed.
+    pub level: Level,
+    /// The scheme this rank encoded with, `None` when sent raw.
+    pub scheme: Option<String>,
+    /// The ranks' sampled ratio (raw over estimated compressed bytes, all ranks together)
+    /// the decision was made from; 1.0 where nothing was sampled ([`Compression::Off`]).
+    pub estimated_ratio: f64,
+    /// Bytes of the column's rows this rank sent to other ranks, raw.
+    pub raw_bytes: u64,
+    /// Bytes it put on the link for them (encoded words where compressed).
+    pub sent_bytes: u64,
+}
+
+impl ColumnTraffic {
+    /// Raw over sent bytes (1.0 when nothing was sent).
+    pub fn ratio(&self) -> f64 {
+        if self.sent_bytes == 0 {
+            1.0
+        } else {
+            self.raw_bytes as f64 / self.sent_bytes as f64
+        }
+    }
+}
+
+/// How one side's columns cross one level: per column (keys first), this rank's scheme or raw.
+#[derive(Debug, Clone)]
+pub(crate) struct Wire {
+    pub(crate) side: &'static str,
+    pub(crate) level: Level,
+    schemes: Vec<Option<Scheme>>,
+    ratios: Vec<f64>,
+}
+
+impl Wire {
+    /// Every column raw.
+    pub(crate) fn raw(side: &'static str, level: Level) -> Self {
+        Self {
+            side,
+            level,
+            schemes: Vec::new(),
+            ratios: Vec::new(),
+        }
+    }
+
+    /// The same decisions on another level (a pipeline's chunks, or a raw level).
+    pub(crate) fn at(&self, level: Level) -> Self {
+        match level {
+            Level::WithinNode => Self::raw(self.side, level),
+            _ => Self {
+                level,
+                ..self.clone()
+            },
+        }
+    }
+
+    fn scheme(&self, column: usize) -> Option<&Scheme> {
+        self.schemes.get(column).and_then(Option::as_ref)
+    }
+
+    fn compresses(&self) -> bool {
+        self.schemes.iter().any(Option::is_some)
+    }
+}
+
+/// Link rates measured (or configured) during one join, per level, so each is probed once.
+#[derive(Debug, Default)]
+pub(crate) struct Links {
+    pub(crate) rates: Vec<(Level, f64)>,
+}
+
+impl Links {
+    /// The rate of `level`'s link in GB/s a rank sends: configured, measured before, or
+    /// measured now by an all-to-all of [`PROBE_BYTES`] a rank to the level's peers (the
+    /// slowest rank's time, so every rank reads the same rate).
+    fn rate<C: Communicator>(
+        &mut self,
+        comm: &C,
+        b: &C::Backend,
+        level: Level,
+        ranks_per_node: usize,
+        configured: Option<f64>,
+    ) -> Result<f64> {
+        if let Some(&(_, r)) = self.rates.iter().find(|r| r.0 == level) {
+            return Ok(r);
+        }
+        let rate = match configured {
+            Some(r) => r,
+            None => measure_link(comm, b, &peers(comm, level, ranks_per_node))?,
+        };
+        self.rates.push((level, rate));
+        Ok(rate)
+    }
+}
+
+/// The ranks this rank sends to at `level` (not itself).
+fn peers<C: Communicator>(comm: &C, level: Level, ranks_per_node: usize) -> Vec<usize> {
+    let (me, per_node) = (comm.rank(), ranks_per_node.max(1));
+    (0..comm.size())
+        .filter(|&p| p != me)
+        .filter(|&p| match level {
+            Level::AllToAll | Level::AllGather => true,
+            Level::AcrossNodes => p % per_node == me % per_node,
+            Level::WithinNode => p / per_node == me / per_node,
+        })
+        .collect()
+}
+
+/// GB/s of an all-to-all of [`PROBE_BYTES`] a rank spread over `peers`, as the slowest rank
+/// saw it (the second of two rounds); infinite where no rank has a peer.
+fn measure_link<C: Communicator>(comm: &C, b: &C::Backend, peers: &[usize]) -> Result<f64> {
+    let words = PROBE_BYTES / 8;
+    let mut counts = vec![0usize; comm.size()];
+    for (i, &p) in peers.iter().enumerate() {
+        counts[p] = (i + 1) * words / peers.len() - i * words / peers.len();
+    }
+    let send = settle(
+        comm,
+        "measuring the link",
+        (|| {
+            let mut send = b.alloc::<u64>(words)?;
+            b.fill_random(&mut send, 11, u64::MAX)?;
+            b.synchronize()?;
+            Ok(send)
+        })(),
+    )?;
+    let mut nanos = 0u64;
+    for _ in 0..2 {
+        comm.barrier()?;
+        let start = Instant::now();
+        comm.all_to_all_v(b, &send, &counts)?;
+        nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    }
+    let slowest = comm.all_reduce(&[nanos], ReduceOp::Max)?[0].max(1);
+    let sent = comm.all_reduce(&[u64::from(!peers.is_empty())], ReduceOp::Max)?[0];
+    Ok(if sent == 0 {
+        f64::INFINITY
+    } else {
+        PROBE_BYTES as f64 / slowest as f64
+    })
+}
+
+/// Raw bytes of a column and its estimated compressed bytes from this rank's sample, with the
+/// scheme picked.
+fn sample<B: Codec, T: Element>(b: &B, col: &B::Buf<T>) -> Result<(Scheme, u64, u64)> {
+    let raw = (col.len() * std::mem::size_of::<T>()) as u64;
+    let pick = b.select_scheme(col, &SelectorConfig::default())?;
+    let estimated = if pick.estimated_ratio > 0.0 {
+        (raw as f64 / pick.estimated_ratio).ceil() as u64
+    } else {
+        raw
+    };
+    Ok((pick.scheme, raw, estimated))
+}
+
+/// The decisions for `table`'s columns (one side) at `level`, the same on every rank.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_wire<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    table: &Table<C::Backend, K>,
+    side: &'static str,
+    level: Level,
+    compression: Compression,
+    ranks_per_node: usize,
+    links: &mut Links,
+) -> Result<Wire>
+where
+    C: Communicator,
+    C::Backend: Codec,
+    K: Key,
+{
+    let (round_trip, configured) = match compression {
+        _ if level == Level::WithinNode => return Ok(Wire::raw(side, level)),
+        Compression::Off => return Ok(Wire::raw(side, level)),
+        Compression::On => (f64::INFINITY, None),
+        Compression::Auto {
+            break_even_gbps,
+            link_gbps,
+        } => (break_even_gbps, link_gbps),
+    };
+    let local = settle(
+        comm,
+        "sampling the shuffled columns",
+        std::iter::once(sample(b, &table.keys))
+            .chain(
+                table
+                    .payloads
+                    .iter()
+                    .map(|c| each_column!(c, c => sample(b, c))),
+            )
+            .collect::<Result<Vec<_>>>(),
+    )?;
+    let sizes: Vec<u64> = local.iter().flat_map(|s| [s.1, s.2]).collect();
+    let sums = comm.all_reduce(&sizes, ReduceOp::Sum)?;
+    let ratios: Vec<f64> = sums
+        .chunks(2)
+        .map(|s| {
+            if s[1] == 0 {
+                1.0
+            } else {
+                s[0] as f64 / s[1] as f64
+            }
+        })
+        .collect();
+    let link = if round_trip.is_finite() && ratios.iter().any(|&r| r >= MIN_RATIO) {
+        links.rate(comm, b, level, ranks_per_node, configured)?
+    } else {
+        0.0
+    };
+    let schemes = local
+        .into_iter()
+        .zip(&ratios)
+        .map(|((scheme, ..), &r)| {
+            (r >= MIN_RATIO && link < break_even_gbps(r, round_trip)).then_some(scheme)
+        })
+        .collect();
+    Ok(Wire {
+        side,
+        level,
+        schemes,
+        ratios,
+    })
+}
+
+/// What this rank sends of each column, accounted per (side, column, level).
+#[derive(Debug, Default)]
+pub(crate) struct Traffic {
+    pub(crate) columns: Vec<ColumnTraffic>,
+}
+
+impl Traffic {
+    fn add(&mut self, wire: &Wire, column: usize, raw_bytes: u64, sent_bytes: u64) {
+        let found = self
+            .columns
+            .iter_mut()
+            .find(|c| c.side == wire.side && c.column == column && c.level == wire.level);
+        match found {
+            Some(c) => {
+                c.raw_bytes += raw_bytes;
+                c.sent_bytes += sent_bytes;
+            }
+            None => self.columns.push(ColumnTraffic {
+                side: wire.side,
+                column,
+                level: wire.level,
+                scheme: wire.scheme(column).map(ToString::to_string),
+                estimated_ratio: wire.ratios.get(column).copied().unwrap_or(1.0),
+                raw_bytes,
+                sent_bytes,
+            }),
+        }
+    }
+}
+
+/// The collective a table moves by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pattern<'a> {
+    /// `counts[p]` rows to rank `p` (the rows grouped by destination).
+    AllToAll(&'a [usize]),
+    /// Every row to every rank.
+    AllGather,
+}
+
+impl Pattern<'_> {
+    /// Rows of a column of `len` for each destination (the all-gather: one slice for all).
+    fn counts(&self, len: usize) -> Vec<usize> {
+        match self {
+            Pattern::AllToAll(c) => c.to_vec(),
+            Pattern::AllGather => vec![len],
+        }
+    }
+
+    /// Bytes of `counts` (as [`Pattern::counts`] gives them) of `width` bytes each that leave
+    /// rank `me` of `ranks`.
+    fn away(&self, counts: &[usize], me: usize, ranks: usize, width: usize) -> u64 {
+        let bytes = |c: usize| (c as u64).saturating_mul(width as u64);
+        match self {
+            Pattern::AllToAll(_) => counts
+                .iter()
+                .enumerate()
+                .filter(|&(p, _)| p != me)
+                .map(|(_, &c)| bytes(c))
+                .sum(),
+            Pattern::AllGather => counts
+                .iter()
+                .map(|&c| bytes(c).saturating_mul(ranks as u64 - 1))
+                .sum(),
+        }
+    }
+}
+
+/// A column's per-destination slices, encoded: the words, back to back in destination order,
+/// and how many go to each destination (none to one that gets no rows).
+struct Encoded<B: Backend> {
+    words: B::Buf<u64>,
+    counts: Vec<usize>,
+}
+
+/// Encodes `col`'s slices (`counts[p]` rows for destination `p`, in order) with one fused
+/// [`Codec::compress_many`]; empty slices get no stream.
+fn encode<B: Codec, T: Element>(
+    b: &B,
+    col: &B::Buf<T>,
+    counts: &[usize],
+    scheme: &Scheme,
+) -> Result<Encoded<B>> {
+    let mut bounds = vec![0usize];
+    let mut at = 0usize;
+    for &c in counts.iter().filter(|&&c| c > 0) {
+        at = at
+            .checked_add(c)
+            .filter(|&e| e <= col.len())
+            .ok_or_else(|| Error::InvalidArgument("send counts past the column".into()))?;
+        bounds.push(at);
+    }
+    if bounds.len() == 1 {
+        return Ok(Encoded {
+            words: b.alloc(0)?,
+            counts: vec![0; counts.len()],
+        });
+    }
+    if at < col.len() {
+        bounds.push(col.len());
+    }
+    let (words, ranges) = b.compress_many(col, &bounds, scheme, &CodecOptions::default())?;
+    let mut streams = ranges.iter();
+    let mut next = 0usize;
+    let counts = counts
+        .iter()
+        .map(|&c| {
+            if c == 0 {
+                return Ok(0);
+            }
+            match streams.next() {
+                Some(r) if r.start == next => {
+                    next = r.end;
+                    Ok(r.len())
+                }
+                _ => Err(Error::Corrupt(
+                    "compressed streams are not back to back".into(),
+                )),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Encoded { words, counts })
+}
+
+/// Decodes the words received from every rank (`word_counts[p]` from rank `p`, carrying
+/// `rows[p]` rows) into one column, in rank order.
+fn decode<B: Codec, T: Element>(
+    b: &B,
+    words: &B::Buf<u64>,
+    word_counts: &[usize],
+    rows: &[usize],
+) -> Result<B::Buf<T>> {
+    let mut out = b.alloc::<T>(total(rows)?)?;
+    let mut ranges = Vec::with_capacity(rows.len());
+    let mut at = 0usize;
+    for (&w, &n) in word_counts.iter().zip(rows) {
+        if (w == 0) != (n == 0) {
+            return Err(Error::Corrupt(format!(
+                "{w} compressed words for {n} rows from a rank"
+            )));
+        }
+        if n > 0 {
+            ranges.push(at..at + w);
+        }
+        at += w;
+    }
+    if !ranges.is_empty() {
+        let bounds = b.decompress_many_into(words, &ranges, &mut out)?;
+        let decoded = bounds.windows(2).map(|w| w[1] - w[0]);
+        if !decoded.eq(rows.iter().copied().filter(|&n| n > 0)) {
+            return Err(Error::Corrupt(
+                "decompressed rows differ from the rows sent".into(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Where a moved column's traffic is accounted.
+struct Mover<'w> {
+    wire: &'w Wire,
+    traffic: &'w mut Traffic,
+}
+
+impl Mover<'_> {
+    /// Moves column `index` (`buf`) by `pattern`, raw or (with `encoded`) as its encoded
+    /// words, decoded on arrival (`rows`: the rows coming from each rank), and accounts the
+    /// bytes this rank sent to others, raw and as sent.
+    #[allow(clippy::too_many_arguments)]
+    fn moved<C, T>(
+        &mut self,
+        comm: &C,
+        b: &C::Backend,
+        buf: &<C::Backend as Backend>::Buf<T>,
+        pattern: Pattern<'_>,
+        encoded: Option<&Encoded<C::Backend>>,
+        rows: &[usize],
+        index: usize,
+    ) -> Result<<C::Backend as Backend>::Buf<T>>
+    where
+        C: Communicator,
+        C::Backend: Codec,
+        T: Element,
+    {
+        let (me, ranks) = (comm.rank(), comm.size());
+        let raw = pattern.away(&pattern.counts(buf.len()), me, ranks, size_of::<T>());
+        let Some(e) = encoded else {
+            let out = match pattern {
+                Pattern::AllToAll(c) => comm.all_to_all_v(b, buf, c)?.0,
+                Pattern::AllGather => comm.all_gather_v(b, buf)?.0,
+            };
+            self.traffic.add(self.wire, index, raw, raw);
+            return Ok(out);
+        };
+        let (words, word_counts) = match pattern {
+            Pattern::AllToAll(_) => comm.all_to_all_v(b, &e.words, &e.counts)?,
+            Pattern::AllGather => comm.all_gather_v(b, &e.words)?,
+        };
+        let sent = pattern.away(&e.counts, me, ranks, 8);
+        self.traffic.add(self.wire, index, raw, sent);
+        decode(b, &words, &word_counts, rows)
+    }
+}
+
+/// The rows each rank sends this one by `pattern` (`len`: this rank's table rows).
+fn rows_from<C: Communicator>(
+    comm: &C,
+    b: &C::Backend,
+    pattern: Pattern<'_>,
+    len: usize,
+) -> Result<Vec<usize>> {
+    let words = match pattern {
+        Pattern::AllToAll(counts) => {
+            let mine: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
+            let (got, _) = comm.all_to_all_v(b, &b.upload(&mine)?, &vec![1; comm.size()])?;
+            b.download(&got)?
+        }
+        Pattern::AllGather => comm.all_gather(&[len as u64])?,
+    };
+    words
+        .into_iter()
+        .map(|w| usize::try_from(w).map_err(|_| Error::SizeOverflow("rows received")))
+        .collect()
+}
+
+/// Moves `table` by `pattern`, every column raw or compressed as `wire` says (compressed
+/// columns are encoded first, and the ranks agree that all were, before any moves); every
+/// column moves even after one fails on this rank, so the ranks' collectives stay in step.
+/// Returns the rows received, in rank order, or the first error.
+pub(crate) fn move_table<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    table: &Table<C::Backend, K>,
+    pattern: Pattern<'_>,
+    wire: &Wire,
+    traffic: &mut Traffic,
+) -> Result<Table<C::Backend, K>>
+where
+    C: Communicator,
+    C::Backend: Codec,
+    K: Key,
+{
+    let counts = pattern.counts(table.len());
+    let (encoded, rows) = if wire.compresses() {
+        let encoded = settle(
+            comm,
+            "compressing the shuffled columns",
+            (0..=table.payloads.len())
+                .map(|i| {
+                    let Some(s) = wire.scheme(i) else {
+                        return Ok(None);
+                    };
+                    match i {
+                        0 => encode(b, &table.keys, &counts, s),
+                        _ => each_column!(&table.payloads[i - 1], c => encode(b, c, &counts, s)),
+                    }
+                    .map(Some)
+                })
+                .collect::<Result<Vec<_>>>(),
+        )?;
+        (encoded, rows_from(comm, b, pattern, table.len())?)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let enc = |i: usize| encoded.get(i).and_then(Option::as_ref);
+    let mut column = Mover { wire, traffic };
+    // Every column moves, whatever happened to the ones before (collectives stay in step).
+    let keys = column.moved::<C, K>(comm, b, &table.keys, pattern, enc(0), &rows, 0);
+    let payloads = (table.payloads.iter().enumerate())
+        .map(|(i, c)| {
+            Ok(map_column!(c, c, T => column.moved::<C, T>(comm, b, c, pattern, enc(i + 1), &rows, i + 1)?))
+        })
+        .collect::<Vec<Result<_>>>();
+    let keys = keys?;
+    let payloads = payloads.into_iter().collect::<Result<Vec<_>>>()?;
+    Table::new(keys, payloads)
+}

