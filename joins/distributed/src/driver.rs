@@ -1,23 +1,39 @@
 //! The distributed join, step by step: agree on the inputs, plan (sizes, placement, heavy
 //! keys), move the rows (shuffle or replicate), join locally, and report.
 
-use joinkit::{JoinBackend, Materialized, Table, check_rows, join_columns};
+use joinkit::{JoinBackend, JoinStats, Materialized, Table, check_rows, join_columns};
 use joinkit_codec::Codec;
 use joinkit_comm::{Communicator, ReduceOp};
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
-use crate::shuffle::{TwoLevel, all_gather_table, exchange, partition, row_bytes, settle};
+use crate::pipeline::{Clock, Pipeline, SideStream, add_phase};
+use crate::shuffle::{TwoLevel, all_gather_table, partition, row_bytes, settle, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
+use crate::stats::PipelineStats;
 use crate::wire::{Level, Links, Traffic, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
+    pipeline,
 };
 
+/// Where the rows stand once they have moved: both sides on their rank for the local join, or
+/// already joined by the pipeline.
+enum Moved<B: JoinBackend, K: Key> {
+    Sides(Table<B, K>, Table<B, K>),
+    Joined {
+        out: Materialized<B>,
+        local: JoinStats,
+        local_rows: (usize, usize),
+        pipeline: PipelineStats,
+    },
+}
+
 /// Everything a backend needs for the distributed joins: the single-device joins, the hash
-/// partition that picks each row's rank, and the codec of compressed shuffles.
-pub trait DistributedBackend: JoinBackend + HashPartition + Codec {}
-impl<B: JoinBackend + HashPartition + Codec> DistributedBackend for B {}
+/// partition that picks each row's rank, the codec of compressed shuffles, and a second
+/// stream for the pipelined shuffle.
+pub trait DistributedBackend: JoinBackend + HashPartition + Codec + SideStream {}
+impl<B: JoinBackend + HashPartition + Codec + SideStream> DistributedBackend for B {}
 
 /// Joins `left` and `right` spread over the ranks of `comm` and returns this rank's part of
 /// the output as global row ids ([`crate::global_row`]: the rank that held the row, and its
@@ -130,21 +146,6 @@ fn fingerprint<B: Backend, K: Key>(
     (hash, text)
 }
 
-/// Times `work` as phase `name`.
-fn phase<B: Backend, R>(
-    b: &B,
-    phases: &mut Vec<(&'static str, f64)>,
-    name: &'static str,
-    work: impl FnOnce() -> Result<R>,
-) -> Result<R> {
-    let (r, ms) = b.timed(work)?;
-    match phases.iter_mut().find(|p| p.0 == name) {
-        Some(p) => p.1 += ms,
-        None => phases.push((name, ms)),
-    }
-    Ok(r)
-}
-
 /// The resolved plan: placement, shuffle, heavy keys.
 struct Plan<K> {
     placement: Placement,
@@ -187,10 +188,10 @@ where
     }
     let input_rows = (left.len(), right.len());
     let row_bytes = (row_bytes(&left), row_bytes(&right));
-    let mut phases = Vec::new();
+    let mut clock = Clock::new();
 
     let sizes = comm.all_reduce(&[left.len() as u64, right.len() as u64], ReduceOp::Sum)?;
-    let plan = phase(b, &mut phases, "plan", || {
+    let plan = clock.phase(b, "plan", || {
         let placement = match opts.placement {
             Placement::Auto if ranks > 1 && sizes[1] * (ranks as u64 - 1) < sizes[0] => {
                 Placement::Replicated
@@ -232,10 +233,10 @@ where
         plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
     };
     let mut bytes_sent = 0u64;
-    let (left, right) = if ranks == 1 {
-        (left, right)
+    let moved = if ranks == 1 {
+        Moved::Sides(left, right)
     } else if plan.placement == Placement::Replicated {
-        let right = phase(b, &mut phases, "shuffle", || {
+        let right = clock.phase(b, "shuffle", || {
             let w = wire(&right, "right", Level::AllGather)?;
             settle(
                 comm,
@@ -244,10 +245,10 @@ where
             )
         })?;
         bytes_sent += (input_rows.1 * row_bytes.1 * (ranks - 1)) as u64;
-        (left, right)
+        Moved::Sides(left, right)
     } else {
         // Heavy rows split off: left ones stay, right ones go to every rank.
-        let (left, right, kept) = phase(b, &mut phases, "partition", || {
+        let (left, right, kept) = clock.phase(b, "partition", || {
             let split = (|| {
                 if plan.heavy.is_empty() {
                     return Ok((left, right, None));
@@ -258,14 +259,14 @@ where
             })();
             settle(comm, "splitting heavy keys", split)
         })?;
-        let (left, left_counts) = phase(b, &mut phases, "partition", || {
+        let (left, left_counts) = clock.phase(b, "partition", || {
             settle(
                 comm,
                 "partitioning the left side",
                 partition(b, left, ranks),
             )
         })?;
-        let (right, right_counts) = phase(b, &mut phases, "partition", || {
+        let (right, right_counts) = clock.phase(b, "partition", || {
             settle(
                 comm,
                 "partitioning the right side",
@@ -285,21 +286,16 @@ where
             Some(_) => Level::AcrossNodes,
             None => Level::AllToAll,
         };
-        let (left, right) = phase(b, &mut phases, "shuffle", || {
-            let mut side = |t: &Table<C::Backend, K>, counts: &[usize], name, what| {
-                let w = wire(t, name, level)?;
-                match &two_level {
-                    Some(two) => two.exchange(comm, b, t, counts, &w, &mut traffic),
-                    None => settle(comm, what, exchange(comm, b, t, counts, &w, &mut traffic)),
-                }
-            };
-            let left = side(&left, &left_counts, "left", "shuffling the left side")?;
-            let right = side(&right, &right_counts, "right", "shuffling the right side")?;
-            Ok((left, right))
+        let two = two_level.as_ref();
+        let right = clock.phase(b, "shuffle", || {
+            let w = wire(&right, "right", level)?;
+            let what = "shuffling the right side";
+            shuffle_side(comm, b, two, &right, &right_counts, &w, &mut traffic, what)
         })?;
-        match kept {
-            None => (left, right),
-            Some((left_heavy, right_heavy)) => phase(b, &mut phases, "shuffle", || {
+        // Heavy keys' right rows go to every rank; their left rows stay.
+        let (right, left_heavy) = match kept {
+            None => (right, None),
+            Some((left_heavy, right_heavy)) => clock.phase(b, "shuffle", || {
                 let w = wire(&right_heavy, "right", Level::AllGather)?;
                 let right_heavy = settle(
                     comm,
@@ -307,29 +303,87 @@ where
                     all_gather_table(comm, b, &right_heavy, &w, &mut traffic),
                 )?;
                 bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
-                settle(
+                let right = settle(
                     comm,
-                    "assembling the local sides",
-                    (|| {
-                        Ok((
-                            concat_tables(b, &left, &left_heavy)?,
-                            concat_tables(b, &right, &right_heavy)?,
-                        ))
-                    })(),
-                )
+                    "assembling the right side",
+                    concat_tables(b, &right, &right_heavy),
+                )?;
+                Ok((right, Some(left_heavy)))
             })?,
+        };
+        let left_wire = clock.phase(b, "shuffle", || wire(&left, "left", level))?;
+        if opts.pipeline_chunks > 1 {
+            let piped = pipeline::run(
+                comm,
+                b,
+                Pipeline {
+                    left,
+                    counts: left_counts,
+                    kept: left_heavy,
+                    right: &right,
+                    chunks: opts.pipeline_chunks,
+                },
+                &opts.join,
+                &mut clock,
+                &mut |on, t, counts| {
+                    let what = "shuffling a chunk";
+                    shuffle_side(comm, on, two, t, counts, &left_wire, &mut traffic, what)
+                },
+            )?;
+            add_phase(&mut clock.phases, "pipelined probe", piped.stats.wall_ms);
+            Moved::Joined {
+                out: piped.out,
+                local: piped.local,
+                local_rows: (piped.left_rows, right.len()),
+                pipeline: piped.stats,
+            }
+        } else {
+            let left = clock.phase(b, "shuffle", || {
+                let what = "shuffling the left side";
+                shuffle_side(
+                    comm,
+                    b,
+                    two,
+                    &left,
+                    &left_counts,
+                    &left_wire,
+                    &mut traffic,
+                    what,
+                )
+            })?;
+            let left = match left_heavy {
+                None => left,
+                Some(left_heavy) => clock.phase(b, "shuffle", || {
+                    settle(
+                        comm,
+                        "assembling the left side",
+                        concat_tables(b, &left, &left_heavy),
+                    )
+                })?,
+            };
+            Moved::Sides(left, right)
         }
     };
 
-    let local_rows = (left.len(), right.len());
-    let (out, local) = phase(b, &mut phases, "local join", || {
-        settle(
-            comm,
-            "local join",
-            join_columns(b, &left, &right, &opts.join),
-        )
-    })?;
-    drop((left, right));
+    let (out, local, local_rows, pipeline) = match moved {
+        Moved::Sides(left, right) => {
+            let local_rows = (left.len(), right.len());
+            let (out, local) = clock.phase(b, "local join", || {
+                settle(
+                    comm,
+                    "local join",
+                    join_columns(b, &left, &right, &opts.join),
+                )
+            })?;
+            (out, local, local_rows, None)
+        }
+        Moved::Joined {
+            out,
+            local,
+            local_rows,
+            pipeline,
+        } => (out, local, local_rows, Some(pipeline)),
+    };
     let shared = comm.all_gather(&[
         (local_rows.0 + local_rows.1) as u64,
         out.rows,
@@ -340,7 +394,7 @@ where
     let heaviest = per_rank.iter().map(|r| r[0]).max().unwrap_or(0) as f64;
     let mean = per_rank.iter().map(|r| r[0]).sum::<u64>() as f64 / ranks as f64;
     let out = if opts.gather_to_root && ranks > 1 {
-        phase(b, &mut phases, "gather", || {
+        clock.phase(b, "gather", || {
             gather_to_root(comm, b, out, global_output_rows, opts)
         })?
     } else {
@@ -356,7 +410,9 @@ where
             Shuffle::OneLevel
         },
         heavy_keys: plan.heavy.len(),
-        phases,
+        phases: clock.phases,
+        timeline: clock.spans,
+        pipeline,
         bytes_sent,
         bytes_on_wire: traffic.columns.iter().map(|c| c.sent_bytes).sum(),
         traffic: traffic.columns,

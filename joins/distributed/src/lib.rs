@@ -49,6 +49,7 @@
 //! ```
 
 mod driver;
+mod pipeline;
 mod shuffle;
 mod skew;
 mod stats;
@@ -58,9 +59,10 @@ pub use driver::{DistributedBackend, distributed_join_columns, distributed_join_
 pub use joinkit::{Algorithm, JoinKind, JoinOptions, Materialized, Table};
 pub use joinkit_comm::Communicator;
 pub use joinkit_cuda::{Error, Result};
+pub use pipeline::SideStream;
 pub use shuffle::SHUFFLE_SEED;
 pub use skew::heavy_threshold;
-pub use stats::DistributedStats;
+pub use stats::{DistributedStats, PipelineStats, Span};
 pub use wire::{
     ColumnTraffic, DEFAULT_BREAK_EVEN_GBPS, Level, MIN_RATIO, break_even_gbps,
     codec_round_trip_gbps,

@@ -82,6 +82,35 @@ where
     )
 }
 
+/// One side's rows (grouped by destination, `send_counts` a rank) to their ranks, on backend
+/// `on`'s stream: by the two-level shuffle when `two` is given, else by one all-to-all, each
+/// column as `wire` says; every rank ends the step alike ([`settle`], named `what`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn shuffle_side<C, K>(
+    comm: &C,
+    on: &C::Backend,
+    two: Option<&TwoLevel>,
+    table: &Table<C::Backend, K>,
+    send_counts: &[usize],
+    wire: &Wire,
+    traffic: &mut Traffic,
+    what: &'static str,
+) -> Result<Table<C::Backend, K>>
+where
+    C: Communicator,
+    C::Backend: Codec,
+    K: Key,
+{
+    match two {
+        Some(two) => two.exchange(comm, on, table, send_counts, wire, traffic),
+        None => settle(
+            comm,
+            what,
+            exchange(comm, on, table, send_counts, wire, traffic),
+        ),
+    }
+}
+
 /// Every rank's `table`, concatenated in rank order, on every rank (a replicated build side),
 /// every column raw or compressed as `wire` says.
 pub(crate) fn all_gather_table<C, K>(

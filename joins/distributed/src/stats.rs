@@ -51,6 +51,59 @@ pub struct DistributedStats {
     pub imbalance: f64,
     /// The slowest rank's local join, in milliseconds.
     pub slowest_local_join_ms: f64,
+    /// The pipelined shuffle's account, when it ran ([`crate::DistributedOptions::pipeline_chunks`]
+    /// above 1 with the partitioned placement on several ranks).
+    pub pipeline: Option<PipelineStats>,
+    /// What this rank did when, on each lane, for a timeline: every phase, and in a pipelined
+    /// run each chunk's shuffle and probe.
+    pub timeline: Vec<Span>,
+}
+
+/// One stretch of work on one lane of a rank, in milliseconds since the join started (the
+/// wall clock; GPU work is waited for before a span ends).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    /// `"communication"` (the thread and stream that move rows) or `"compute"` (the ones that
+    /// partition, build and probe).
+    pub lane: &'static str,
+    /// The phase (`plan`, `partition`, `shuffle`, `local join`, `gather`) or, in a pipeline,
+    /// `shuffle`, `build` or `probe`.
+    pub what: &'static str,
+    /// The pipeline chunk (`None` outside the pipeline, and for the heavy keys' rows probed where
+    /// they are).
+    pub chunk: Option<usize>,
+    /// Start, milliseconds after the join began.
+    pub start_ms: f64,
+    /// End, milliseconds after the join began.
+    pub end_ms: f64,
+}
+
+impl Span {
+    /// Its length in milliseconds.
+    pub fn ms(&self) -> f64 {
+        self.end_ms - self.start_ms
+    }
+}
+
+/// How far the pipelined shuffle hid the probe side's shuffle under the probe (this rank).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineStats {
+    /// Chunks the probe side moved in.
+    pub chunks: usize,
+    /// Wall time from the first chunk's shuffle to the last probe's end.
+    pub wall_ms: f64,
+    /// The chunks' shuffles added up (assembly, compression, all-to-all, decompression).
+    pub shuffle_ms: f64,
+    /// The build and the probes added up.
+    pub compute_ms: f64,
+}
+
+impl PipelineStats {
+    /// Shuffle time that ran under computation: the parts' sum over the wall time (0 when
+    /// they ran one after another).
+    pub fn hidden_ms(&self) -> f64 {
+        (self.shuffle_ms + self.compute_ms - self.wall_ms).max(0.0)
+    }
 }
 
 impl DistributedStats {

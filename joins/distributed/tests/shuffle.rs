@@ -202,3 +202,150 @@ fn zero_chunks_are_refused() {
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
     }
 }
+
+/// Pipelined joins equal the blocking one for 1 to 7 chunks (more chunks than rows too), with
+/// the one- and the two-level shuffle, compressed or not, heavy keys kept in place, and report
+/// every chunk's shuffle and probe on the timeline.
+#[test]
+fn pipelined_joins_equal_the_blocking_join() {
+    let open = || CpuBackend::new();
+    // 40 % of the left rows on one key (heavy), the rest sorted with repeats.
+    let left: Vec<u64> = lineitem_like(6_000)
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| if hash64(i as u64, 9) % 10 < 4 { 9 } else { k })
+        .collect();
+    let right: Vec<u64> = lineitem_like(6_000)
+        .into_iter()
+        .step_by(4)
+        .chain([9])
+        .collect();
+    let tiny = [9u64, 1, 17];
+    for (ranks, shuffle) in [
+        (2, Shuffle::OneLevel),
+        (3, Shuffle::OneLevel),
+        (4, Shuffle::TwoLevel { ranks_per_node: 2 }),
+    ] {
+        for (left, right) in [(&left[..], &right[..]), (&tiny[..], &tiny[..])] {
+            let blocking = inner().shuffle(shuffle);
+            let (want, _) = join(ranks, left, right, &blocking, &open);
+            for chunks in 1..=7 {
+                for compress in [Compression::Off, Compression::On] {
+                    let opts = blocking.pipeline_chunks(chunks).compress(compress);
+                    let (got, stats) = join(ranks, left, right, &opts, &open);
+                    assert_eq!(got, want, "{ranks} ranks, {shuffle:?}, {chunks} chunks");
+                    for s in &stats {
+                        let Some(p) = &s.pipeline else {
+                            assert_eq!(chunks, 1);
+                            continue;
+                        };
+                        assert_eq!(p.chunks, chunks);
+                        for (lane, what) in [("communication", "shuffle"), ("compute", "probe")] {
+                            let mut seen: Vec<usize> = (s.timeline.iter())
+                                .filter(|t| t.lane == lane && t.what == what)
+                                .filter_map(|t| t.chunk)
+                                .collect();
+                            seen.sort_unstable();
+                            assert_eq!(seen, (0..chunks).collect::<Vec<_>>(), "{lane}");
+                        }
+                        assert!(s.timeline.iter().all(|t| t.end_ms >= t.start_ms));
+                        assert!(p.hidden_ms() >= 0.0 && p.wall_ms > 0.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every kind through the pipeline, with payloads on both sides, equals the blocking join.
+#[test]
+fn every_kind_pipelined_equals_blocking() {
+    let open = || CpuBackend::new();
+    let left: Vec<u64> = (0..3_000).map(|i| hash64(i, 3) % 1_500).collect();
+    let right: Vec<u64> = (0..1_000).map(|i| hash64(i, 4) % 2_000).collect();
+    for kind in JoinKind::ALL {
+        let blocking = DistributedOptions::new(JoinOptions::new(kind))
+            .placement(Placement::Partitioned)
+            .shuffle(Shuffle::OneLevel);
+        let rows = |opts: &DistributedOptions| {
+            let world = LocalWorld::new(3, CommConfig::default()).unwrap();
+            let mut all: Vec<Vec<u64>> = Vec::new();
+            for o in world.run(|comm| {
+                let b = open();
+                let (r, n) = (comm.rank(), comm.size());
+                let (out, _) = distributed_join_columns(
+                    &comm,
+                    &b,
+                    share(&b, &left, r, n),
+                    share(&b, &right, r, n),
+                    opts,
+                )?;
+                let cols: Vec<Vec<u64>> = (out.left.iter().chain(&out.right))
+                    .map(|c| match c {
+                        Column::U64(c) => b.download(c),
+                        _ => Err(Error::Corrupt("type".into())),
+                    })
+                    .collect::<Result<_, _>>()?;
+                let valid = out
+                    .right_valid
+                    .as_ref()
+                    .map(|v| b.download(v))
+                    .transpose()?;
+                Ok((0..out.rows as usize)
+                    .map(|i| {
+                        let mut row: Vec<u64> = cols.iter().map(|c| c[i]).collect();
+                        row.push(valid.as_ref().map_or(1, |v| u64::from(v[i])));
+                        row
+                    })
+                    .collect::<Vec<_>>())
+            }) {
+                all.extend(o.unwrap());
+            }
+            all.sort_unstable();
+            all
+        };
+        let want = rows(&blocking);
+        assert!(!want.is_empty(), "{kind:?}");
+        assert_eq!(rows(&blocking.pipeline_chunks(4)), want, "{kind:?}");
+    }
+}
+
+/// A probe that fails on one rank mid-pipeline (its chunk's output over the budget) is its own
+/// error there and [`Error::PeerFailed`] on the others, never a hang.
+#[test]
+fn a_probe_failing_on_one_rank_is_an_error_everywhere() {
+    let world = LocalWorld::new(3, CommConfig::default()).unwrap();
+    let results = world.run(|comm| {
+        let cpu = CpuBackend::new();
+        // Key 7 meets 400 × 400 rows: the rank owning it passes the 64 KiB budget.
+        let keys: Vec<u64> = (0..1_200).map(|i| if i % 3 == 0 { 7 } else { i }).collect();
+        let (r, n) = (comm.rank(), comm.size());
+        let opts =
+            DistributedOptions::new(JoinOptions::new(JoinKind::Inner).memory_budget(1 << 16))
+                .placement(Placement::Partitioned)
+                .skew(joinkit_distributed::Skew::Off)
+                .pipeline_chunks(3);
+        distributed_join_columns(
+            &comm,
+            &cpu,
+            share(&cpu, &keys, r, n),
+            share(&cpu, &keys, r, n),
+            &opts,
+        )
+        .map(drop)
+    });
+    let over = results
+        .iter()
+        .filter(|r| matches!(r, Err(Error::OutputOverBudget { .. })))
+        .count();
+    assert_eq!(over, 1, "{results:?}");
+    for r in &results {
+        assert!(
+            matches!(
+                r,
+                Err(Error::OutputOverBudget { .. } | Error::PeerFailed { .. })
+            ),
+            "{r:?}"
+        );
+    }
+}

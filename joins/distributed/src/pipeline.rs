@@ -1,0 +1,481 @@
+//! The pipelined shuffle (Thostrup et al., SIGMOD'23, §4): the build side has been shuffled;
+//! the probe side, partitioned once by destination, moves in chunks (a slice of every
+//! destination's rows each), and each chunk is probed while the next one is in flight.
+//!
+//! Two lanes per rank. The calling thread keeps the communicator (collectives stay on one
+//! thread, in the same order on every rank) and moves the chunks on a stream of its own
+//! ([`SideStream`]: the collectives run on the stream of the backend they are given). A second
+//! thread builds the hash table on the caller's backend and probes each chunk as it arrives.
+//! The lanes meet in a rendezvous channel: a chunk is handed over only when the probe lane
+//! takes it, so at most two received chunks exist at once (the one probed, the one arriving),
+//! the double buffering of the paper; the probe side is never received whole.
+//!
+//! Failures: before each chunk moves, the ranks agree that every rank assembled it and that no
+//! probe lane has failed ([`Communicator::agree`]), so all stop at the same chunk; a probe
+//! lane's failure after the last chunk is agreed on at the end. Never a hang.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::time::Instant;
+
+use joinkit::{JoinBackend, JoinOptions, JoinStats, Materialized, Table, join_columns};
+use joinkit_comm::Communicator;
+use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error, Key, Result};
+
+use crate::shuffle::{regroup, settle};
+use crate::stats::{PipelineStats, Span};
+
+/// A second queue of work on a backend's device, so rows move while the caller's stream
+/// computes.
+pub trait SideStream: Backend {
+    /// A backend on the same device with a stream of its own (the CPU backend: itself).
+    ///
+    /// # Errors
+    /// Driver errors creating the stream.
+    fn side_stream(&self) -> Result<Self>;
+
+    /// Makes the backend usable on the calling thread (CUDA: binds its context, which CUB's
+    /// runtime calls need).
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn enter(&self) -> Result<()>;
+}
+
+impl SideStream for CpuBackend {
+    fn side_stream(&self) -> Result<Self> {
+        Ok(self.clone())
+    }
+
+    fn enter(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl SideStream for joinkit_cuda::CudaBackend {
+    fn side_stream(&self) -> Result<Self> {
+        self.bind_to_thread()?;
+        let stream = self
+            .context()
+            .new_stream()
+            .map_err(joinkit_cuda::driver("creating the communication stream"))?;
+        Self::with_stream(stream)
+    }
+
+    fn enter(&self) -> Result<()> {
+        self.bind_to_thread()
+    }
+}
+
+/// Adds `ms` to phase `name` of `phases` (appended the first time).
+pub(crate) fn add_phase(phases: &mut Vec<(&'static str, f64)>, name: &'static str, ms: f64) {
+    match phases.iter_mut().find(|p| p.0 == name) {
+        Some(p) => p.1 += ms,
+        None => phases.push((name, ms)),
+    }
+}
+
+/// A join's phases (the backend's timing) and its timeline (the wall clock since it began).
+pub(crate) struct Clock {
+    start: Instant,
+    pub(crate) phases: Vec<(&'static str, f64)>,
+    pub(crate) spans: Vec<Span>,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            phases: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+
+    /// Milliseconds since the join began.
+    fn now(&self) -> f64 {
+        ms_since(self.start)
+    }
+
+    /// Times `work` as phase `name`, on the communication lane for the shuffle and the
+    /// gather, else on the compute lane.
+    pub(crate) fn phase<B: Backend, R>(
+        &mut self,
+        b: &B,
+        name: &'static str,
+        work: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let start_ms = self.now();
+        let (r, ms) = b.timed(work)?;
+        add_phase(&mut self.phases, name, ms);
+        let lane = match name {
+            "shuffle" | "gather" => "communication",
+            _ => "compute",
+        };
+        self.spans.push(Span {
+            lane,
+            what: name,
+            chunk: None,
+            start_ms,
+            end_ms: self.now(),
+        });
+        Ok(r)
+    }
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// `s`'s figures added to `acc`'s (left rows, output rows, phase times; the most memory).
+fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
+    let Some(a) = acc else {
+        *acc = Some(s);
+        return;
+    };
+    a.left_rows += s.left_rows;
+    a.output_rows += s.output_rows;
+    for (name, ms) in s.phases {
+        add_phase(&mut a.phases, name, ms);
+    }
+    a.peak_memory_bytes = a.peak_memory_bytes.max(s.peak_memory_bytes);
+}
+
+/// What probes the chunks: each chunk joined with the whole right side.
+struct Prober<'r, B: JoinBackend, K: Key> {
+    b: B,
+    right: &'r Table<B, K>,
+    opts: JoinOptions,
+}
+
+impl<'r, B: JoinBackend, K: Key> Prober<'r, B, K> {
+    fn new(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<(Self, Option<JoinStats>)> {
+        Ok((
+            Self {
+                b: b.clone(),
+                right,
+                opts: *opts,
+            },
+            None,
+        ))
+    }
+
+    fn probe(&self, left: &Table<B, K>) -> Result<(Materialized<B>, JoinStats)> {
+        join_columns(&self.b, left, self.right, &self.opts)
+    }
+}
+
+/// The probe side of a pipelined join on one rank.
+pub(crate) struct Pipeline<'r, B: Backend, K: Key> {
+    /// The left rows that move, grouped by destination rank.
+    pub(crate) left: Table<B, K>,
+    /// Rows of `left` for each rank.
+    pub(crate) counts: Vec<usize>,
+    /// Left rows probed where they are (heavy keys' rows), while the first chunk moves.
+    pub(crate) kept: Option<Table<B, K>>,
+    /// The whole right side this rank joins with.
+    pub(crate) right: &'r Table<B, K>,
+    /// Chunks the left rows move in.
+    pub(crate) chunks: usize,
+}
+
+/// What a pipeline gives: the output, the probes' statistics, the pipeline's account, and the
+/// left rows this rank probed.
+pub(crate) struct Piped<B: Backend> {
+    pub(crate) out: Materialized<B>,
+    pub(crate) local: JoinStats,
+    pub(crate) stats: PipelineStats,
+    pub(crate) left_rows: usize,
+}
+
+/// Chunk `i` of `chunks` of each destination's rows of a table grouped by `counts`: the row
+/// ranges, in destination order.
+fn chunk_segments(counts: &[usize], i: usize, chunks: usize) -> Vec<std::ops::Range<usize>> {
+    let cut = |c: usize, k: usize| (c as u128 * k as u128 / chunks as u128) as usize;
+    let mut at = 0usize;
+    counts
+        .iter()
+        .map(|&c| {
+            let s = at + cut(c, i)..at + cut(c, i + 1);
+            at += c;
+            s
+        })
+        .collect()
+}
+
+/// Runs the pipeline: moves the chunks with `exchange` (on the communication stream it is
+/// given) on this thread, probes them on a second one, and returns the outputs concatenated.
+///
+/// # Errors
+/// As the exchange and [`joinkit::join_columns`]; a failure on any rank is an error on every
+/// rank.
+pub(crate) fn run<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    p: Pipeline<'_, C::Backend, K>,
+    opts: &JoinOptions,
+    clock: &mut Clock,
+    exchange: &mut dyn FnMut(
+        &C::Backend,
+        &Table<C::Backend, K>,
+        &[usize],
+    ) -> Result<Table<C::Backend, K>>,
+) -> Result<Piped<C::Backend>>
+where
+    C: Communicator,
+    C::Backend: JoinBackend + SideStream,
+    K: Key,
+{
+    const PROBE_FAILED: &str = "probing a chunk";
+    // The partitions are written before the other stream reads them.
+    let cb = settle(
+        comm,
+        "opening the communication stream",
+        b.synchronize().and_then(|()| b.side_stream()),
+    )?;
+    let Pipeline {
+        left,
+        counts,
+        kept,
+        right,
+        chunks,
+    } = p;
+    let failed = AtomicBool::new(false);
+    let wall_start = clock.now();
+    let start = clock.start;
+    let (tx, rx) = sync_channel::<(usize, Table<C::Backend, K>)>(0);
+    let mut moved = Vec::with_capacity(chunks);
+    let (outcome, lane) = std::thread::scope(|s| {
+        let worker = std::thread::Builder::new()
+            .name(format!("rank-{}-probe", comm.rank()))
+            .spawn_scoped(s, || probe_lane(b, right, kept, rx, opts, start, &failed));
+        let outcome = (|| {
+            let worker_started = worker.as_ref().map(drop).map_err(|e| {
+                Error::InvalidArgument(format!("cannot start the probe lane's thread: {e}"))
+            });
+            settle(comm, "starting the probe lane", worker_started)?;
+            for i in 0..chunks {
+                let t = ms_since(start);
+                let segments = chunk_segments(&counts, i, chunks);
+                let assembled = regroup(&cb, &left, &segments).and_then(|t| {
+                    if failed.load(Ordering::Acquire) {
+                        Err(Error::PeerFailed {
+                            rank: comm.rank(),
+                            op: PROBE_FAILED,
+                        })
+                    } else {
+                        Ok(t)
+                    }
+                });
+                let chunk = settle(comm, "assembling a chunk", assembled)?;
+                let sizes: Vec<usize> = segments.iter().map(|s| s.len()).collect();
+                let got = exchange(&cb, &chunk, &sizes)?;
+                drop(chunk);
+                moved.push(Span {
+                    lane: "communication",
+                    what: "shuffle",
+                    chunk: Some(i),
+                    start_ms: t,
+                    end_ms: ms_since(start),
+                });
+                // A probe lane that has ended (failed) is said at the next agreement.
+                if tx.send((i, got)).is_err() {
+                    failed.store(true, Ordering::Release);
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let lane = match worker {
+            Ok(w) => w
+                .join()
+                .unwrap_or_else(|_| Err(Error::InvalidArgument("the probe lane panicked".into()))),
+            Err(_) => Err(Error::InvalidArgument("no probe lane".into())),
+        };
+        (outcome, lane)
+    });
+    let lane = match (outcome, lane) {
+        // Every rank stopped at the same chunk; this rank's own probe error says more.
+        (Err(e), lane) => return Err(lane.err().unwrap_or(e)),
+        (Ok(()), lane) => settle(comm, PROBE_FAILED, lane)?,
+    };
+    let wall_ms = ms_since(start) - wall_start;
+    let shuffle_ms = moved.iter().map(Span::ms).sum();
+    let compute_ms = lane.spans.iter().map(Span::ms).sum();
+    clock.spans.extend(moved);
+    clock.spans.extend(lane.spans);
+    let left_rows = lane.parts.iter().map(|p| p.1).sum();
+    let parts: Vec<Materialized<C::Backend>> = lane.parts.into_iter().map(|p| p.0).collect();
+    let out = settle(
+        comm,
+        "concatenating the chunks' outputs",
+        concat_outputs(b, parts),
+    )?;
+    Ok(Piped {
+        out,
+        local: lane
+            .stats
+            .ok_or_else(|| Error::Corrupt("no probe ran".into()))?,
+        stats: PipelineStats {
+            chunks,
+            wall_ms,
+            shuffle_ms,
+            compute_ms,
+        },
+        left_rows,
+    })
+}
+
+/// What the probe lane gives back: each probe's output with its left rows, their statistics
+/// added up, and its spans.
+struct Lane<B: Backend> {
+    parts: Vec<(Materialized<B>, usize)>,
+    stats: Option<JoinStats>,
+    spans: Vec<Span>,
+}
+
+/// The probe lane: builds the table, probes the rows kept here, then each chunk as it
+/// arrives (waiting for its GPU work before the chunk is freed: it lives on the other
+/// stream). Sets `failed` when it fails, so the communication lane says so to the others.
+fn probe_lane<B: JoinBackend + SideStream, K: Key>(
+    b: &B,
+    right: &Table<B, K>,
+    kept: Option<Table<B, K>>,
+    chunks: Receiver<(usize, Table<B, K>)>,
+    opts: &JoinOptions,
+    start: Instant,
+    failed: &AtomicBool,
+) -> Result<Lane<B>> {
+    let mut lane = Lane {
+        parts: Vec::new(),
+        stats: None,
+        spans: Vec::new(),
+    };
+    let span = |lane: &mut Lane<B>, what, chunk, t| {
+        lane.spans.push(Span {
+            lane: "compute",
+            what,
+            chunk,
+            start_ms: t,
+            end_ms: ms_since(start),
+        });
+    };
+    let r = (|| {
+        b.enter()?;
+        let t = ms_since(start);
+        let (prober, build) = Prober::new(b, right, opts)?;
+        if let Some(build) = build {
+            add_stats(&mut lane.stats, build);
+        }
+        span(&mut lane, "build", None, t);
+        let probe = |lane: &mut Lane<B>, left: Table<B, K>, chunk| -> Result<()> {
+            let t = ms_since(start);
+            let (out, st) = prober.probe(&left)?;
+            b.synchronize()?;
+            lane.parts.push((out, left.len()));
+            add_stats(&mut lane.stats, st);
+            span(lane, "probe", chunk, t);
+            Ok(())
+        };
+        if let Some(k) = kept {
+            probe(&mut lane, k, None)?;
+        }
+        for (i, chunk) in chunks {
+            probe(&mut lane, chunk, Some(i))?;
+        }
+        Ok(())
+    })();
+    match r {
+        Ok(()) => Ok(lane),
+        Err(e) => {
+            failed.store(true, Ordering::Release);
+            Err(e)
+        }
+    }
+}
+
+/// The parts' rows one after another (each part's first `rows` rows: a column may hold
+/// more).
+fn concat_outputs<B: Backend>(b: &B, mut parts: Vec<Materialized<B>>) -> Result<Materialized<B>> {
+    if parts.len() == 1 {
+        return parts
+            .pop()
+            .ok_or_else(|| Error::Corrupt("no output".into()));
+    }
+    let rows = parts
+        .iter()
+        .map(|p| usize::try_from(p.rows).map_err(|_| Error::SizeOverflow("output rows")))
+        .collect::<Result<Vec<usize>>>()?;
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::Corrupt("no output".into()))?;
+    let side = |pick: fn(&Materialized<B>) -> &Vec<Column<B>>| {
+        (0..pick(first).len())
+            .map(|j| {
+                let cols: Vec<&Column<B>> = parts.iter().map(|p| &pick(p)[j]).collect();
+                concat_columns(b, &cols, &rows)
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    let left = side(|p| &p.left)?;
+    let right = side(|p| &p.right)?;
+    let right_valid = match first.right_valid {
+        Some(_) => Some(cat(
+            b,
+            &parts
+                .iter()
+                .map(|p| p.right_valid.as_ref())
+                .collect::<Vec<_>>(),
+            &rows,
+        )?),
+        None => None,
+    };
+    Ok(Materialized {
+        left,
+        right,
+        right_valid,
+        rows: parts.iter().map(|p| p.rows).sum(),
+    })
+}
+
+/// The first `rows[k]` values of each `parts[k]`, one after another.
+fn cat<B: Backend, T: Element>(
+    b: &B,
+    parts: &[Option<&B::Buf<T>>],
+    rows: &[usize],
+) -> Result<B::Buf<T>> {
+    let mut out = b.alloc::<T>(joinkit_comm::total(rows)?)?;
+    let mut at = 0;
+    for (p, &n) in parts.iter().zip(rows) {
+        let p = p.ok_or_else(|| Error::Corrupt("chunk outputs of different columns".into()))?;
+        b.copy_range_into(p, 0..n, &mut out, at)?;
+        at += n;
+    }
+    Ok(out)
+}
+
+/// [`cat`] of one column of every part (all of the first's type).
+fn concat_columns<B: Backend>(b: &B, cols: &[&Column<B>], rows: &[usize]) -> Result<Column<B>> {
+    macro_rules! of {
+        ($variant:ident) => {
+            Column::$variant(cat(
+                b,
+                &cols
+                    .iter()
+                    .map(|c| match c {
+                        Column::$variant(x) => Some(x),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+                rows,
+            )?)
+        };
+    }
+    Ok(match cols.first() {
+        Some(Column::U32(_)) => of!(U32),
+        Some(Column::I32(_)) => of!(I32),
+        Some(Column::U64(_)) => of!(U64),
+        Some(Column::I64(_)) => of!(I64),
+        None => return Err(Error::Corrupt("no column to concatenate".into())),
+    })
+}
