@@ -5,7 +5,8 @@
 #   bash benches/scripts/multi-gpu.sh               # there: every visible GPU
 #   GPUS=0,1 bash benches/scripts/multi-gpu.sh      # or some of them
 #   bash benches/scripts/multi-gpu.sh tests scaling  # only these parts (tests, all-to-all,
-#                                                     # scaling, two-level, variants, processes)
+#                                                     # scaling, two-level, variants, pipeline,
+#                                                     # compress, processes)
 #   COUNTS="2 4" bash benches/scripts/multi-gpu.sh two-level   # only these rank counts
 #
 # 1. Every test executable of the bundle with JOINKIT_REQUIRE_GPU=1 (.gpu-bundle/run.sh).
@@ -16,7 +17,13 @@
 # 4. two-level: one- against two-level shuffle (2 GPUs as 2 nodes of 1, 4 as 2 × 2).
 # 5. variants: replicated against partitioned build sides; Zipf 1.0 and one key holding 10 % of
 #    S, heavy keys handled and not; Wu's 4 B 2+2 wide shape; TPC-H orders ⋈ lineitem at SF 10.
-# 6. processes: the weak-scaling run with one process per GPU, started by a shell loop the way
+# 6. pipeline: the pipelined shuffle against the blocking one (1, 2, 4, 8 chunks) at Gao's shape,
+#    partitioned, plus one 4-chunk run drawing its timeline (pipeline-K.svg/.png).
+# 7. compress: compressed against uncompressed shuffles (off, on, auto) on TPC-H orders ⋈
+#    lineitem (SF 10) and on random keys, over NVLink and over NCCL's socket transport
+#    (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a stand-in for a slow network); every run measures
+#    the raw all-to-all on the same transport (a2a GB/s).
+# 8. processes: the weak-scaling run with one process per GPU, started by a shell loop the way
 #    torchrun or srun would (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NCCL_COMM_ID).
 #
 # JSON lines, plots and logs go to $OUT (or ./multi-gpu-logs); exits non-zero if anything failed.
@@ -32,7 +39,7 @@ n=${#gpu_list[@]}
 echo "GPUs: $gpus ($n)"
 status=0
 
-parts=${*:-tests all-to-all scaling two-level variants processes}
+parts=${*:-tests all-to-all scaling two-level variants pipeline compress processes}
 want() { [[ " $parts " == *" $1 "* ]]; }
 
 if want tests; then
@@ -108,6 +115,34 @@ if want variants; then
     bench_run "wide-4b-$k" --comm nccl --gpus "$g" --per-rank --r 2^26 --s 2^27 --key-bits 32 \
       --payloads 2
     bench_run "tpch-$k" --comm nccl --gpus "$g" --tpch 10
+  done
+fi
+
+if want pipeline; then
+  for k in "${counts[@]}"; do
+    ((k > 1)) || continue
+    g=$(prefix "$k")
+    bench_run "pipeline-$k" --comm nccl --gpus "$g" --per-rank --r 2^27 --s 2^28 \
+      --placement partitioned --sweep pipeline-chunks=1,2,4,8
+    bench_run "pipeline-timeline-$k" --comm nccl --gpus "$g" --per-rank --r 2^27 --s 2^28 \
+      --placement partitioned --pipeline-chunks 4 --timeline "$logs/pipeline-$k.svg"
+  done
+fi
+
+if want compress; then
+  for k in "${counts[@]}"; do
+    ((k > 1)) || continue
+    g=$(prefix "$k")
+    for transport in nvlink socket; do
+      # Variables before a function call are exported to what it runs.
+      p2p=0
+      [[ $transport == socket ]] && p2p=1
+      NCCL_P2P_DISABLE=$p2p NCCL_SHM_DISABLE=$p2p bench_run "compress-tpch-$transport-$k" \
+        --comm nccl --gpus "$g" --tpch 10 --placement partitioned --sweep compress=off,on,auto
+      NCCL_P2P_DISABLE=$p2p NCCL_SHM_DISABLE=$p2p bench_run "compress-random-$transport-$k" \
+        --comm nccl --gpus "$g" --per-rank --r 2^25 --s 2^26 --placement partitioned \
+        --sweep compress=off,on,auto
+    done
   done
 fi
 

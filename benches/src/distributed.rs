@@ -24,8 +24,8 @@ use joinkit_comm::{CommConfig, Communicator, LocalWorld, ReduceOp};
 use joinkit_cuda::{Backend, Buffer, Column, Device, Error, Key};
 use joinkit_datagen as datagen;
 use joinkit_distributed::{
-    DistributedBackend, DistributedOptions, DistributedStats, Placement, Shuffle, Skew,
-    distributed_join_columns, distributed_join_rows,
+    Compression, DEFAULT_BREAK_EVEN_GBPS, DistributedBackend, DistributedOptions, DistributedStats,
+    Placement, Shuffle, Skew, Span, distributed_join_columns, distributed_join_rows,
 };
 
 use crate::error::{BenchError, Result};
@@ -104,6 +104,22 @@ pub(crate) struct DistributedArgs {
     /// a small join, it gives the all-to-all's bandwidth by message size.
     #[arg(long, value_parser = parse_size)]
     a2a_bytes: Option<usize>,
+    /// Chunks the probe side (S) is shuffled in with the partitioned placement, each probed
+    /// while the next moves (the pipelined shuffle); 1 shuffles it whole, then joins.
+    #[arg(long, default_value_t = 1, value_parser = parse_chunks)]
+    pipeline_chunks: usize,
+    /// Compression of the shuffled columns (the cascaded codec): off, on (every column that
+    /// compresses), or auto (where the link is slower than the column's break-even).
+    #[arg(long, value_enum, default_value = "off")]
+    compress: CompressKind,
+    /// For --compress auto: the link's rate in GB/s a rank sends (default: measured by every
+    /// join with an all-to-all of 8 MiB a rank).
+    #[arg(long)]
+    link_gbps: Option<f64>,
+    /// Draw the median run's timeline (each rank's communication and compute lanes: phases,
+    /// and each chunk's shuffle and probe) into this SVG file.
+    #[arg(long)]
+    timeline: Option<std::path::PathBuf>,
     /// The longest a collective waits for a peer, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     timeout_ms: u64,
@@ -127,6 +143,21 @@ pub(crate) const PLOT: PlotSpec = PlotSpec {
 pub(crate) enum CommKind {
     Local,
     Nccl,
+}
+
+/// `--compress`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompressKind {
+    Off,
+    On,
+    Auto,
+}
+
+fn parse_chunks(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("pipeline chunks are 1 or more".into()),
+    }
 }
 
 fn parse_ranks(s: &str) -> std::result::Result<usize, String> {
@@ -263,8 +294,13 @@ struct RunResult {
     phases: Vec<(&'static str, f64)>,
     bytes_sent_max: u64,
     bytes_sent_sum: u64,
+    /// Bytes of shuffled columns over the links, all ranks: raw, and as sent.
+    wire_raw_sum: u64,
+    wire_sent_sum: u64,
     peak_bytes: Option<u64>,
     stats: DistributedStats,
+    /// Every rank's timeline, in rank order (on rank 0; empty on the others).
+    timelines: Vec<Vec<Span>>,
 }
 
 /// What one rank measured (rank 0's is reported).
@@ -284,7 +320,68 @@ fn max_f64<C: Communicator>(comm: &C, v: &[f64]) -> joinkit_cuda::Result<Vec<f64
         .collect())
 }
 
-const PHASES: [&str; 5] = ["plan", "partition", "shuffle", "local join", "gather"];
+const PHASES: [&str; 6] = [
+    "plan",
+    "partition",
+    "shuffle",
+    "local join",
+    "pipelined probe",
+    "gather",
+];
+
+/// Names of the timeline's spans, for carrying them as numbers.
+const SPAN_NAMES: [&str; 8] = [
+    "plan",
+    "partition",
+    "shuffle",
+    "local join",
+    "gather",
+    "build",
+    "probe",
+    "pipelined probe",
+];
+
+/// Every rank's timeline on rank 0 (the others get none): each span as five words, padded to
+/// the longest rank's.
+fn gather_timelines<C: Communicator>(
+    comm: &C,
+    spans: &[Span],
+) -> joinkit_cuda::Result<Vec<Vec<Span>>> {
+    const WORDS: usize = 5;
+    let longest = comm.all_reduce(&[spans.len() as u64], ReduceOp::Max)?[0] as usize;
+    let mut words = vec![u64::MAX; longest * WORDS];
+    for (w, s) in words.chunks_mut(WORDS).zip(spans) {
+        w[0] = u64::from(s.lane == "compute");
+        w[1] = SPAN_NAMES.iter().position(|&n| n == s.what).unwrap_or(0) as u64;
+        w[2] = s.chunk.map_or(u64::MAX - 1, |c| c as u64);
+        w[3] = s.start_ms.to_bits();
+        w[4] = s.end_ms.to_bits();
+    }
+    let all = comm.all_gather(&words)?;
+    if comm.rank() != 0 {
+        return Ok(Vec::new());
+    }
+    Ok(all
+        .chunks(words.len().max(1))
+        .take(comm.size())
+        .map(|rank| {
+            rank.chunks(WORDS)
+                .filter(|w| w.len() == WORDS && w[0] != u64::MAX)
+                .map(|w| Span {
+                    lane: if w[0] == 1 {
+                        "compute"
+                    } else {
+                        "communication"
+                    },
+                    what: SPAN_NAMES[(w[1] as usize).min(SPAN_NAMES.len() - 1)],
+                    chunk: (w[2] != u64::MAX - 1).then_some(w[2] as usize),
+                    start_ms: f64::from_bits(w[3]),
+                    end_ms: f64::from_bits(w[4]),
+                })
+                .collect()
+        })
+        .collect())
+}
 
 /// One rank's part of the benchmark: the raw all-to-all of as many bytes as its shuffle moves,
 /// then the join, `runs` times, on fresh copies of its inputs.
@@ -383,6 +480,14 @@ where
         let slowest = max_f64(comm, &mine)?;
         let sent = comm.all_reduce(&[stats.bytes_sent], ReduceOp::Max)?[0];
         let sent_sum = comm.all_reduce(&[stats.bytes_sent], ReduceOp::Sum)?[0];
+        let wire = comm.all_reduce(
+            &[
+                stats.traffic.iter().map(|t| t.raw_bytes).sum(),
+                stats.traffic.iter().map(|t| t.sent_bytes).sum(),
+            ],
+            ReduceOp::Sum,
+        )?;
+        let timelines = gather_timelines(comm, &stats.timeline)?;
         let peak_max = comm.all_reduce(&[peak.unwrap_or(0)], ReduceOp::Max)?[0];
         if i >= runs.warmup {
             results.push(RunResult {
@@ -394,8 +499,11 @@ where
                     .collect(),
                 bytes_sent_max: sent,
                 bytes_sent_sum: sent_sum,
+                wire_raw_sum: wire[0],
+                wire_sent_sum: wire[1],
                 peak_bytes: peak.map(|_| peak_max),
                 stats,
+                timelines,
             });
         }
     }
@@ -433,7 +541,15 @@ fn options(args: &DistributedArgs, ranks_per_node: Option<usize>) -> Distributed
     if let Some(n) = ranks_per_node {
         opts = opts.ranks_per_node(n);
     }
-    opts
+    opts.pipeline_chunks(args.pipeline_chunks)
+        .compress(match args.compress {
+            CompressKind::Off => Compression::Off,
+            CompressKind::On => Compression::On,
+            CompressKind::Auto => Compression::Auto {
+                break_even_gbps: DEFAULT_BREAK_EVEN_GBPS,
+                link_gbps: args.link_gbps,
+            },
+        })
 }
 
 fn run_keys<K: Key>(device: &Device, args: &DistributedArgs, ctx: &mut Ctx) -> Result<()> {
@@ -477,8 +593,7 @@ fn run_keys<K: Key>(device: &Device, args: &DistributedArgs, ctx: &mut Ctx) -> R
             ));
         }
     };
-    report(ctx, args, &result, ranks, comm_name, gpu, &text);
-    Ok(())
+    report(ctx, args, &result, ranks, comm_name, gpu, &text)
 }
 
 /// Rank 0's result, or every failed rank's error: the first rank's error alone is often a
@@ -508,11 +623,11 @@ fn report(
     comm: &str,
     gpu: bool,
     workload: &str,
-) {
+) -> Result<()> {
     let mut runs: Vec<&RunResult> = result.runs.iter().collect();
     runs.sort_by(|a, c| a.total_ms.total_cmp(&c.total_ms));
     let Some(m) = runs.get(runs.len() / 2) else {
-        return;
+        return Ok(());
     };
     let st = &m.stats;
     ctx.report.note(format!("workload: {workload}"));
@@ -543,11 +658,18 @@ fn report(
         .with("placement", placement_name(st.placement))
         .with("shuffle", shuffle_name(st.shuffle))
         .with("kind", crate::join::kind_name(args.kind))
+        .with("pipeline chunks", args.pipeline_chunks)
+        .with("compress", format!("{:?}", args.compress).to_lowercase())
         .with("total ms", m.total_ms)
         .with("plan ms", phase("plan"))
         .with_opt("partition ms", ran("partition"))
         .with_opt("shuffle ms", ran("shuffle"))
         .with("local join ms", phase("local join"))
+        .with_opt("pipelined probe ms", ran("pipelined probe"))
+        .with_opt(
+            "shuffle hidden ms",
+            st.pipeline.as_ref().map(|p| p.hidden_ms()),
+        )
         .with_opt("gather ms", ran("gather"))
         .with(
             "M tuples/s",
@@ -557,6 +679,15 @@ fn report(
         .with_opt(
             "a2a GB/s",
             result.all_to_all.map(|(ms, bytes)| gbs(bytes, ms)),
+        )
+        .with("wire GB", m.wire_sent_sum as f64 / 1e9)
+        .with(
+            "wire ratio",
+            if m.wire_sent_sum > 0 {
+                m.wire_raw_sum as f64 / m.wire_sent_sum as f64
+            } else {
+                1.0
+            },
         )
         .with("imbalance", st.imbalance)
         .with("heavy keys", st.heavy_keys)
@@ -572,6 +703,24 @@ fn report(
                 .map_or(String::new(), |(ms, _)| format!("{ms:.3}")),
         )
         .detail("GB sent", m.bytes_sent_sum as f64 / 1e9)
+        .detail("rank 0 columns", columns_text(st))
+        .detail(
+            "link GB/s",
+            st.link_gbps
+                .iter()
+                .map(|(l, r)| format!("{} {r:.2}", l.name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+        .detail(
+            "rank 0 pipeline",
+            st.pipeline.as_ref().map_or(String::new(), |p| {
+                format!(
+                    "{} chunks: wall {:.3} ms, shuffle {:.3} ms, compute {:.3} ms",
+                    p.chunks, p.wall_ms, p.shuffle_ms, p.compute_ms
+                )
+            }),
+        )
         .detail("local algorithm", st.local.algorithm.name())
         .detail(
             "rank 0 local rows",
@@ -588,6 +737,42 @@ fn report(
         .detail("payloads", args.payloads)
         .detail("workload", workload);
     ctx.report.row(row);
+    match &args.timeline {
+        Some(path) if !m.timelines.is_empty() => {
+            let title = format!(
+                "{workload}: {ranks} ranks, {} chunks, compress {:?}, {:.1} ms",
+                args.pipeline_chunks, args.compress, m.total_ms
+            );
+            crate::plot::timeline(path, &title, &m.timelines)?;
+            ctx.report
+                .note(format!("timeline of the median run: {}", path.display()));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Rank 0's shuffled columns: side, column, level, scheme (or raw), ratio sent and sampled.
+fn columns_text(st: &DistributedStats) -> String {
+    st.traffic
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {} {}: {} {:.2}x (sampled {:.2}x)",
+                t.side,
+                if t.column == 0 {
+                    "key".to_string()
+                } else {
+                    format!("col {}", t.column)
+                },
+                t.level.name(),
+                t.scheme.as_deref().unwrap_or("raw"),
+                t.ratio(),
+                t.estimated_ratio
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// NCCL ranks: this process's one rank under a launcher, or one per GPU of `--gpus`.

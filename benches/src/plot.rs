@@ -124,7 +124,7 @@ pub(crate) fn plot(
     let mut pixels = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
     let bitmap = Bitmap(BitMapBackend::with_buffer(&mut pixels, SIZE));
     draw(bitmap.into_drawing_area(), &chart).map_err(fail(&png))?;
-    write_png(&png, &pixels).map_err(fail(&png))?;
+    write_png(&png, &pixels, SIZE).map_err(fail(&png))?;
     Ok(vec![svg, png])
 }
 
@@ -376,14 +376,146 @@ impl<'a> DrawingBackend for Bitmap<'a> {
     }
 }
 
-fn write_png(path: &Path, rgb: &[u8]) -> std::result::Result<(), String> {
+fn write_png(path: &Path, rgb: &[u8], size: (u32, u32)) -> std::result::Result<(), String> {
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), SIZE.0, SIZE.1);
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), size.0, size.1);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     let mut w = enc.write_header().map_err(|e| e.to_string())?;
     w.write_image_data(rgb).map_err(|e| e.to_string())?;
     w.finish().map_err(|e| e.to_string())
+}
+
+/// Width of a timeline; its height grows with the lanes.
+const TIMELINE_WIDTH: u32 = 1100;
+
+/// Writes a timeline of one distributed run, as `path` (SVG) and beside it the same as PNG: a
+/// row per rank and lane (communication, compute), a bar per span coloured by what it is
+/// (phases; a pipeline's chunk shuffles, build and probes), milliseconds since the join began
+/// across.
+///
+/// # Errors
+/// [`BenchError::File`] when drawing fails; [`BenchError::Io`] when writing does.
+pub(crate) fn timeline(
+    path: &Path,
+    title: &str,
+    ranks: &[Vec<joinkit_distributed::Span>],
+) -> Result<()> {
+    let fail = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e: String| BenchError::File {
+            path,
+            message: format!("cannot draw the timeline: {e}"),
+        }
+    };
+    if font().is_none() {
+        return Err(fail(path)("the embedded font does not load".into()));
+    }
+    let rows = ranks.len() * TIMELINE_LANES.len();
+    let size = (TIMELINE_WIDTH, 120 + 34 * rows.max(1) as u32);
+    let mut text = String::new();
+    draw_timeline(
+        SVGBackend::with_string(&mut text, size).into_drawing_area(),
+        title,
+        ranks,
+    )
+    .map_err(fail(path))?;
+    std::fs::write(path, text).map_err(|source| BenchError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let png = path.with_extension("png");
+    let mut pixels = vec![0u8; (size.0 * size.1 * 3) as usize];
+    let bitmap = Bitmap(BitMapBackend::with_buffer(&mut pixels, size));
+    draw_timeline(bitmap.into_drawing_area(), title, ranks).map_err(fail(&png))?;
+    write_png(&png, &pixels, size).map_err(fail(&png))
+}
+
+/// The lanes of a rank in a timeline, top to bottom.
+const TIMELINE_LANES: [&str; 2] = ["communication", "compute"];
+
+fn draw_timeline<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    ranks: &[Vec<joinkit_distributed::Span>],
+) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut names: Vec<&str> = Vec::new();
+    for s in ranks.iter().flatten() {
+        if !names.contains(&s.what) {
+            names.push(s.what);
+        }
+    }
+    let end = ranks
+        .iter()
+        .flatten()
+        .fold(0f64, |m, s| m.max(s.end_ms))
+        .max(1e-3);
+    let lanes = TIMELINE_LANES.len();
+    let rows = (ranks.len() * lanes) as i32;
+    root.fill(&WHITE).map_err(e)?;
+    let width = root.dim_in_pixel().0;
+    let (plot_area, legend) = root.split_horizontally(width - LEGEND_WIDTH + 60);
+    let mut chart = ChartBuilder::on(&plot_area)
+        .caption(title, ("sans-serif", 16))
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(170)
+        .build_cartesian_2d(0f64..end * 1.02, (0..rows).into_segmented())
+        .map_err(e)?;
+    let label = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(r) if *r >= 0 && *r < rows => {
+            let (rank, lane) = (*r as usize / lanes, *r as usize % lanes);
+            format!("rank {rank} {}", TIMELINE_LANES[lane])
+        }
+        _ => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .x_desc("ms since the join began")
+        .y_label_formatter(&label)
+        .y_labels(rows as usize)
+        .axis_desc_style(("sans-serif", 15))
+        .label_style(("sans-serif", 13))
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    for (r, spans) in ranks.iter().enumerate() {
+        for s in spans {
+            let lane = TIMELINE_LANES
+                .iter()
+                .position(|&l| l == s.lane)
+                .unwrap_or(0);
+            let row = (r * lanes + lane) as i32;
+            let color = COLORS[names.iter().position(|&n| n == s.what).unwrap_or(0) % COLORS.len()];
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [
+                        (s.start_ms, SegmentValue::Exact(row)),
+                        (s.end_ms, SegmentValue::Exact(row + 1)),
+                    ],
+                    color.filled(),
+                )))
+                .map_err(e)?;
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        let y = 40 + 20 * i as i32;
+        legend
+            .draw(&Rectangle::new(
+                [(4, y - 6), (28, y + 6)],
+                COLORS[i % COLORS.len()].filled(),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&Text::new(
+                name.to_string(),
+                (34, y - 7),
+                ("sans-serif", 14).into_font(),
+            ))
+            .map_err(e)?;
+    }
+    root.present().map_err(e)
 }
 
 #[cfg(test)]

@@ -1,16 +1,15 @@
 //! The distributed join, step by step: agree on the inputs, plan (sizes, placement, heavy
 //! keys), move the rows (shuffle or replicate), join locally, and report.
 
-use joinkit::{JoinBackend, JoinStats, Materialized, Table, check_rows, join_columns};
+use joinkit::{JoinBackend, Materialized, Table, check_rows, join_columns};
 use joinkit_codec::Codec;
 use joinkit_comm::{Communicator, ReduceOp};
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
-use crate::pipeline::{Clock, Pipeline, SideStream, add_phase};
+use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_phase};
 use crate::shuffle::{TwoLevel, all_gather_table, partition, row_bytes, settle, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
-use crate::stats::PipelineStats;
 use crate::wire::{Level, Links, Traffic, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
@@ -21,12 +20,7 @@ use crate::{
 /// already joined by the pipeline.
 enum Moved<B: JoinBackend, K: Key> {
     Sides(Table<B, K>, Table<B, K>),
-    Joined {
-        out: Materialized<B>,
-        local: JoinStats,
-        local_rows: (usize, usize),
-        pipeline: PipelineStats,
-    },
+    Joined(Box<Piped<B>>),
 }
 
 /// Everything a backend needs for the distributed joins: the single-device joins, the hash
@@ -331,12 +325,7 @@ where
                 },
             )?;
             add_phase(&mut clock.phases, "pipelined probe", piped.stats.wall_ms);
-            Moved::Joined {
-                out: piped.out,
-                local: piped.local,
-                local_rows: (piped.left_rows, right.len()),
-                pipeline: piped.stats,
-            }
+            Moved::Joined(Box::new(piped))
         } else {
             let left = clock.phase(b, "shuffle", || {
                 let what = "shuffling the left side";
@@ -377,12 +366,10 @@ where
             })?;
             (out, local, local_rows, None)
         }
-        Moved::Joined {
-            out,
-            local,
-            local_rows,
-            pipeline,
-        } => (out, local, local_rows, Some(pipeline)),
+        Moved::Joined(piped) => {
+            let local_rows = (piped.left_rows, piped.right_rows);
+            (piped.out, piped.local, local_rows, Some(piped.stats))
+        }
     };
     let shared = comm.all_gather(&[
         (local_rows.0 + local_rows.1) as u64,

@@ -44,7 +44,7 @@ pub trait SideStream: Backend {
 
 impl SideStream for CpuBackend {
     fn side_stream(&self) -> Result<Self> {
-        Ok(self.clone())
+        Ok(*self)
     }
 
     fn enter(&self) -> Result<()> {
@@ -180,13 +180,19 @@ pub(crate) struct Pipeline<'r, B: Backend, K: Key> {
 }
 
 /// What a pipeline gives: the output, the probes' statistics, the pipeline's account, and the
-/// left rows this rank probed.
+/// rows this rank joined of each side.
 pub(crate) struct Piped<B: Backend> {
     pub(crate) out: Materialized<B>,
     pub(crate) local: JoinStats,
     pub(crate) stats: PipelineStats,
     pub(crate) left_rows: usize,
+    pub(crate) right_rows: usize,
 }
+
+/// Moves a chunk (rows grouped by destination, so many a rank) to its ranks on the given
+/// backend's stream.
+pub(crate) type Exchange<'a, B, K> =
+    dyn FnMut(&B, &Table<B, K>, &[usize]) -> Result<Table<B, K>> + 'a;
 
 /// Chunk `i` of `chunks` of each destination's rows of a table grouped by `counts`: the row
 /// ranges, in destination order.
@@ -215,11 +221,7 @@ pub(crate) fn run<C, K>(
     p: Pipeline<'_, C::Backend, K>,
     opts: &JoinOptions,
     clock: &mut Clock,
-    exchange: &mut dyn FnMut(
-        &C::Backend,
-        &Table<C::Backend, K>,
-        &[usize],
-    ) -> Result<Table<C::Backend, K>>,
+    exchange: &mut Exchange<'_, C::Backend, K>,
 ) -> Result<Piped<C::Backend>>
 where
     C: Communicator,
@@ -323,6 +325,7 @@ where
             compute_ms,
         },
         left_rows,
+        right_rows: right.len(),
     })
 }
 
