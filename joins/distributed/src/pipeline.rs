@@ -273,6 +273,8 @@ where
                 let sizes: Vec<usize> = segments.iter().map(|s| s.len()).collect();
                 let got = exchange(&cb, &chunk, &sizes)?;
                 drop(chunk);
+                // The chunk's last writes (a decode) finish before the other stream reads it.
+                let got = settle(comm, "receiving a chunk", cb.synchronize().map(|()| got))?;
                 moved.push(Span {
                     lane: "communication",
                     what: "shuffle",

@@ -75,7 +75,10 @@ fn inner() -> DistributedOptions {
 /// join's rows, on 1 to 5 ranks.
 #[test]
 fn compressible_columns_shrink_and_incompressible_ones_go_raw() {
-    let open = || CpuBackend::new();
+    compression_round_trips(&|| CpuBackend::new());
+}
+
+fn compression_round_trips<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync)) {
     let sorted = lineitem_like(40_000);
     let orders: Vec<u64> = sorted.iter().step_by(4).copied().collect();
     let random: Vec<u64> = (0..20_000).map(|i| hash64(i, 5)).collect();
@@ -208,7 +211,10 @@ fn zero_chunks_are_refused() {
 /// every chunk's shuffle and probe on the timeline.
 #[test]
 fn pipelined_joins_equal_the_blocking_join() {
-    let open = || CpuBackend::new();
+    pipelines_equal_blocking(&|| CpuBackend::new());
+}
+
+fn pipelines_equal_blocking<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync)) {
     // 40 % of the left rows on one key (heavy), the rest sorted with repeats.
     let left: Vec<u64> = lineitem_like(6_000)
         .into_iter()
@@ -228,11 +234,11 @@ fn pipelined_joins_equal_the_blocking_join() {
     ] {
         for (left, right) in [(&left[..], &right[..]), (&tiny[..], &tiny[..])] {
             let blocking = inner().shuffle(shuffle);
-            let (want, _) = join(ranks, left, right, &blocking, &open);
+            let (want, _) = join(ranks, left, right, &blocking, open);
             for chunks in 1..=7 {
                 for compress in [Compression::Off, Compression::On] {
                     let opts = blocking.pipeline_chunks(chunks).compress(compress);
-                    let (got, stats) = join(ranks, left, right, &opts, &open);
+                    let (got, stats) = join(ranks, left, right, &opts, open);
                     assert_eq!(got, want, "{ranks} ranks, {shuffle:?}, {chunks} chunks");
                     for s in &stats {
                         let Some(p) = &s.pipeline else {
@@ -348,4 +354,21 @@ fn a_probe_failing_on_one_rank_is_an_error_everywhere() {
             "{r:?}"
         );
     }
+}
+
+/// The same on one GPU shared by in-process CUDA ranks (each with its stream, and a second
+/// stream for the pipeline's communication): the codec's and the pipeline's GPU paths.
+#[test]
+fn compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu() {
+    let Some(_gpu) = joinkit_cuda::testing::gpu_or_skip(
+        "compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu",
+    ) else {
+        return;
+    };
+    #[cfg(feature = "cuda")]
+    let open = || joinkit_cuda::CudaBackend::new(0).unwrap();
+    #[cfg(not(feature = "cuda"))]
+    let open = || CpuBackend::new();
+    compression_round_trips(&open);
+    pipelines_equal_blocking(&open);
 }
