@@ -290,18 +290,21 @@ where
             Ok(())
         })();
         drop(tx);
-        let lane = match worker {
-            Ok(w) => w
-                .join()
-                .unwrap_or_else(|_| Err(Error::InvalidArgument("the probe lane panicked".into()))),
-            Err(_) => Err(Error::InvalidArgument("no probe lane".into())),
-        };
+        // `None`: the lane never started (the outcome says why).
+        let lane = worker.ok().map(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err(Error::InvalidArgument("the probe lane panicked".into())))
+        });
         (outcome, lane)
     });
     let lane = match (outcome, lane) {
         // Every rank stopped at the same chunk; this rank's own probe error says more.
-        (Err(e), lane) => return Err(lane.err().unwrap_or(e)),
-        (Ok(()), lane) => settle(comm, PROBE_FAILED, lane)?,
+        (Err(e), lane) => return Err(lane.and_then(Result::err).unwrap_or(e)),
+        (Ok(()), lane) => settle(
+            comm,
+            PROBE_FAILED,
+            lane.unwrap_or_else(|| Err(Error::Corrupt("no probe lane ran".into()))),
+        )?,
     };
     let wall_ms = ms_since(start) - wall_start;
     let shuffle_ms = moved.iter().map(Span::ms).sum();
