@@ -4,6 +4,8 @@
 //! spread over the ranks in every way (empty ranks, all rows on one rank, duplicates on both
 //! sides, one heavy key).
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -387,16 +389,12 @@ fn distributed_joins_equal_the_reference_on_the_cpu() {
 
 #[test]
 fn distributed_joins_equal_the_reference_with_gpu_ranks_sharing_one_gpu() {
-    let Some(_gpu) = joinkit_cuda::testing::gpu_or_skip(
-        "distributed_joins_equal_the_reference_with_gpu_ranks_sharing_one_gpu",
-    ) else {
+    // Every rank opens the device with a stream of its own.
+    let Some(open) =
+        common::gpu_ranks("distributed_joins_equal_the_reference_with_gpu_ranks_sharing_one_gpu")
+    else {
         return;
     };
-    // Every rank opens the device with a stream of its own.
-    #[cfg(feature = "cuda")]
-    let open = || joinkit_cuda::CudaBackend::new(0).unwrap();
-    #[cfg(not(feature = "cuda"))]
-    let open = || CpuBackend::new();
     runner(48)
         .run(&case::<u32>(), |c| {
             check_case(&c, &open);

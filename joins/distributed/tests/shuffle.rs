@@ -2,6 +2,8 @@
 //! incompressible keys, encoded for sorted ones, never inside a node), the same output as the
 //! blocking uncompressed join, per-chunk timelines, and a chunk count of 0 refused.
 
+mod common;
+
 use joinkit::{JoinKind, JoinOptions, Table};
 use joinkit_comm::{CommConfig, Communicator, LocalWorld};
 use joinkit_cuda::hash::hash64;
@@ -360,15 +362,11 @@ fn a_probe_failing_on_one_rank_is_an_error_everywhere() {
 /// stream for the pipeline's communication): the codec's and the pipeline's GPU paths.
 #[test]
 fn compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu() {
-    let Some(_gpu) = joinkit_cuda::testing::gpu_or_skip(
-        "compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu",
-    ) else {
+    let Some(open) =
+        common::gpu_ranks("compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu")
+    else {
         return;
     };
-    #[cfg(feature = "cuda")]
-    let open = || joinkit_cuda::CudaBackend::new(0).unwrap();
-    #[cfg(not(feature = "cuda"))]
-    let open = || CpuBackend::new();
     compression_round_trips(&open);
     pipelines_equal_blocking(&open);
 }
