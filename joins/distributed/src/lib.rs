@@ -12,6 +12,12 @@
 //! | shuffle (Alg. 1) | all-to-all of the partitions | [`Communicator::all_to_all_v`], column by column |
 //! | two-level shuffle (Alg. 2) | across nodes to the same local rank first, then within the node | [`Shuffle::TwoLevel`]: an all-to-all in which each rank sends only to its rail peers, then one within the node |
 //! | local join | the best single-GPU join | [`joinkit::join_columns`] |
+//! | compressed shuffle (§4–5) | cascaded compression of every shuffled buffer | [`Compression`]: per column, sampled scheme, one fused encode over the partition bounds, ranks agree on each column ([`ColumnTraffic`]) |
+//!
+//! The pipelined shuffle of Thostrup et al. (SIGMOD'23, §4),
+//! [`DistributedOptions::pipeline_chunks`]: the build side shuffled and its table built first,
+//! the probe side moved in chunks on a second stream ([`SideStream`]), each chunk probed while
+//! the next is in flight ([`PipelineStats`], [`Span`] for a timeline).
 //!
 //! From NVIDIA's multi-GPU join talk: a [`Placement::Replicated`] build side (all-gathered to
 //! every rank, which builds it whole and probes its own rows: no probe shuffle) or a

@@ -252,29 +252,32 @@ where
             .name(format!("rank-{}-probe", comm.rank()))
             .spawn_scoped(s, || probe_lane(b, right, kept, rx, opts, start, &failed));
         let outcome = (|| {
-            let worker_started = worker.as_ref().map(drop).map_err(|e| {
+            // This rank's failure not yet told to the others: said at the next agreement.
+            let mut pending = worker.as_ref().map(drop).map_err(|e| {
                 Error::InvalidArgument(format!("cannot start the probe lane's thread: {e}"))
             });
-            settle(comm, "starting the probe lane", worker_started)?;
             for i in 0..chunks {
                 let t = ms_since(start);
                 let segments = chunk_segments(&counts, i, chunks);
-                let assembled = regroup(&cb, &left, &segments).and_then(|t| {
-                    if failed.load(Ordering::Acquire) {
-                        Err(Error::PeerFailed {
-                            rank: comm.rank(),
-                            op: PROBE_FAILED,
-                        })
-                    } else {
-                        Ok(t)
-                    }
-                });
+                let assembled = std::mem::replace(&mut pending, Ok(()))
+                    .and_then(|()| {
+                        if failed.load(Ordering::Acquire) {
+                            Err(Error::PeerFailed {
+                                rank: comm.rank(),
+                                op: PROBE_FAILED,
+                            })
+                        } else {
+                            Ok(())
+                        }
+                    })
+                    .and_then(|()| regroup(&cb, &left, &segments));
                 let chunk = settle(comm, "assembling a chunk", assembled)?;
                 let sizes: Vec<usize> = segments.iter().map(|s| s.len()).collect();
                 let got = exchange(&cb, &chunk, &sizes)?;
                 drop(chunk);
-                // The chunk's last writes (a decode) finish before the other stream reads it.
-                let got = settle(comm, "receiving a chunk", cb.synchronize().map(|()| got))?;
+                // The chunk's last writes (a decode) finish before the other stream reads it;
+                // a probe lane that has ended (failed) is said at the next agreement.
+                let synced = cb.synchronize();
                 moved.push(Span {
                     lane: "communication",
                     what: "shuffle",
@@ -282,12 +285,16 @@ where
                     start_ms: t,
                     end_ms: ms_since(start),
                 });
-                // A probe lane that has ended (failed) is said at the next agreement.
-                if tx.send((i, got)).is_err() {
-                    failed.store(true, Ordering::Release);
+                match synced {
+                    Ok(()) => {
+                        if tx.send((i, got)).is_err() {
+                            failed.store(true, Ordering::Release);
+                        }
+                    }
+                    Err(e) => pending = Err(e),
                 }
             }
-            Ok(())
+            Ok(pending)
         })();
         drop(tx);
         // `None`: the lane never started (the outcome says why).
@@ -300,10 +307,12 @@ where
     let lane = match (outcome, lane) {
         // Every rank stopped at the same chunk; this rank's own probe error says more.
         (Err(e), lane) => return Err(lane.and_then(Result::err).unwrap_or(e)),
-        (Ok(()), lane) => settle(
+        (Ok(pending), lane) => settle(
             comm,
             PROBE_FAILED,
-            lane.unwrap_or_else(|| Err(Error::Corrupt("no probe lane ran".into()))),
+            pending.and_then(|()| {
+                lane.unwrap_or_else(|| Err(Error::Corrupt("no probe lane ran".into())))
+            }),
         )?,
     };
     let wall_ms = ms_since(start) - wall_start;

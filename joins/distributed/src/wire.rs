@@ -39,6 +39,15 @@ pub fn codec_round_trip_gbps(encode_gbps: f64, decode_gbps: f64) -> f64 {
 /// `ratio` pays. Sending `X` bytes raw takes `X / L`; compressed, encode, send and decode take
 /// `X / E + X / (r L) + X / D`, less when `L < (1 − 1/r) / (1/E + 1/D)`: `round_trip_gbps`
 /// ([`codec_round_trip_gbps`]) times `1 − 1/r`.
+///
+/// ```
+/// use joinkit_distributed::{DEFAULT_BREAK_EVEN_GBPS, break_even_gbps, codec_round_trip_gbps};
+/// let round_trip = codec_round_trip_gbps(450.0, 1100.0);
+/// assert!((round_trip - DEFAULT_BREAK_EVEN_GBPS).abs() < 0.5);
+/// // A column that shrinks 4x pays on links below 3/4 of the round trip.
+/// assert!((break_even_gbps(4.0, round_trip) - 0.75 * round_trip).abs() < 1e-9);
+/// assert_eq!(break_even_gbps(1.0, round_trip), 0.0);
+/// ```
 pub fn break_even_gbps(ratio: f64, round_trip_gbps: f64) -> f64 {
     if ratio <= 1.0 {
         0.0
