@@ -10,7 +10,7 @@ use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend, Column, CpuBackend, Error};
 use joinkit_distributed::{
     Compression, DistributedBackend, DistributedOptions, DistributedStats, Level, MIN_RATIO,
-    Placement, Shuffle, distributed_join_columns,
+    Placement, Shuffle, Skew, distributed_join_columns,
 };
 
 /// Rank `r`'s share of `keys` (every `ranks`-th row from `r`), as a table with the keys again
@@ -81,31 +81,45 @@ fn compressible_columns_shrink_and_incompressible_ones_go_raw() {
 }
 
 fn compression_round_trips<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync)) {
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Shape {
+        Sorted,
+        Random,
+        /// Random 64-bit keys with every other row one key: compressed as a whole, so the
+        /// random rows cross the codec (stored as raw chunks) and come back.
+        HalfRandom,
+    }
     let sorted = lineitem_like(40_000);
     let orders: Vec<u64> = sorted.iter().step_by(4).copied().collect();
     let random: Vec<u64> = (0..20_000).map(|i| hash64(i, 5)).collect();
     let random_right: Vec<u64> = random.iter().step_by(3).copied().collect();
+    let half: Vec<u64> = (0..20_000)
+        .map(|i| if i % 2 == 0 { 77 } else { hash64(i, 6) })
+        .collect();
+    let half_right: Vec<u64> = half
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .copied()
+        .chain([77])
+        .collect();
     for ranks in 1..=5 {
-        for (left, right, compressible) in
-            [(&sorted, &orders, true), (&random, &random_right, false)]
-        {
-            let (want, _) = join(ranks, left, right, &inner(), &open);
-            assert_eq!(
-                want.len(),
-                if compressible {
-                    left.len()
-                } else {
-                    right.len()
-                }
-            );
-            let (got, stats) = join(
-                ranks,
-                left,
-                right,
-                &inner().compress(Compression::On),
-                &open,
-            );
-            assert_eq!(got, want, "{ranks} ranks, compressible {compressible}");
+        for (left, right, shape) in [
+            (&sorted, &orders, Shape::Sorted),
+            (&random, &random_right, Shape::Random),
+            (&half, &half_right, Shape::HalfRandom),
+        ] {
+            // Skew handling off: the half-random side's one key stays a key like the others.
+            let opts = inner().skew(Skew::Off);
+            let (want, _) = join(ranks, left, right, &opts, open);
+            let matches = if shape == Shape::Random {
+                right.len()
+            } else {
+                left.len()
+            };
+            assert_eq!(want.len(), matches);
+            let (got, stats) = join(ranks, left, right, &opts.compress(Compression::On), open);
+            assert_eq!(got, want, "{ranks} ranks, {shape:?}");
             for s in &stats {
                 if ranks == 1 {
                     assert!(s.traffic.is_empty());
@@ -114,13 +128,20 @@ fn compression_round_trips<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync))
                 assert_eq!(s.traffic.len(), 4, "two columns a side: {:?}", s.traffic);
                 for t in &s.traffic {
                     assert_eq!(t.level, Level::AllToAll);
-                    if compressible {
-                        assert!(t.scheme.is_some(), "{t:?}");
-                        assert!(t.ratio() > 2.0, "{t:?}");
-                        assert!(t.estimated_ratio >= MIN_RATIO, "{t:?}");
-                    } else {
-                        assert_eq!(t.scheme, None, "{t:?}");
-                        assert_eq!(t.raw_bytes, t.sent_bytes, "{t:?}");
+                    match shape {
+                        Shape::Sorted => {
+                            assert!(t.scheme.is_some(), "{t:?}");
+                            assert!(t.ratio() > 2.0, "{t:?}");
+                            assert!(t.estimated_ratio >= MIN_RATIO, "{t:?}");
+                        }
+                        Shape::Random => {
+                            assert_eq!(t.scheme, None, "{t:?}");
+                            assert_eq!(t.raw_bytes, t.sent_bytes, "{t:?}");
+                        }
+                        // Its right side is all random.
+                        Shape::HalfRandom => {
+                            assert_eq!(t.scheme.is_some(), t.side == "left", "{t:?}")
+                        }
                     }
                 }
                 let sent: u64 = s.traffic.iter().map(|t| t.sent_bytes).sum();
@@ -331,7 +352,7 @@ fn a_probe_failing_on_one_rank_is_an_error_everywhere() {
         let opts =
             DistributedOptions::new(JoinOptions::new(JoinKind::Inner).memory_budget(1 << 16))
                 .placement(Placement::Partitioned)
-                .skew(joinkit_distributed::Skew::Off)
+                .skew(Skew::Off)
                 .pipeline_chunks(3);
         distributed_join_columns(
             &comm,
