@@ -463,10 +463,11 @@ fn draw_timeline<DB: DrawingBackend>(
         .y_label_area_size(170)
         .build_cartesian_2d(0f64..end * 1.02, (0..rows).into_segmented())
         .map_err(e)?;
+    // Rank 0's first lane on top: row `rows - 1` holds it.
     let label = |v: &SegmentValue<i32>| match v {
         SegmentValue::CenterOf(r) if *r >= 0 && *r < rows => {
-            let (rank, lane) = (*r as usize / lanes, *r as usize % lanes);
-            format!("rank {rank} {}", TIMELINE_LANES[lane])
+            let top = (rows - 1 - r) as usize;
+            format!("rank {} {}", top / lanes, TIMELINE_LANES[top % lanes])
         }
         _ => String::new(),
     };
@@ -486,7 +487,7 @@ fn draw_timeline<DB: DrawingBackend>(
                 .iter()
                 .position(|&l| l == s.lane)
                 .unwrap_or(0);
-            let row = (r * lanes + lane) as i32;
+            let row = rows - 1 - (r * lanes + lane) as i32;
             let color = COLORS[names.iter().position(|&n| n == s.what).unwrap_or(0) % COLORS.len()];
             chart
                 .draw_series(std::iter::once(Rectangle::new(

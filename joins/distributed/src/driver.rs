@@ -223,15 +223,18 @@ where
 
     let per_node = two_level.as_ref().map_or(ranks, |t| t.ranks_per_node);
     let (mut traffic, mut links) = (Traffic::default(), Links::default());
-    let mut wire = |t: &Table<C::Backend, K>, side, level| {
-        plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
+    // Compression decisions (sampling, a link measured) are part of the plan.
+    let mut wire = |clock: &mut Clock, t: &Table<C::Backend, K>, side, level| {
+        clock.phase(b, "plan", || {
+            plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
+        })
     };
     let mut bytes_sent = 0u64;
     let moved = if ranks == 1 {
         Moved::Sides(left, right)
     } else if plan.placement == Placement::Replicated {
+        let w = wire(&mut clock, &right, "right", Level::AllGather)?;
         let right = clock.phase(b, "shuffle", || {
-            let w = wire(&right, "right", Level::AllGather)?;
             settle(
                 comm,
                 "replicating the right side",
@@ -281,31 +284,33 @@ where
             None => Level::AllToAll,
         };
         let two = two_level.as_ref();
+        let w = wire(&mut clock, &right, "right", level)?;
         let right = clock.phase(b, "shuffle", || {
-            let w = wire(&right, "right", level)?;
             let what = "shuffling the right side";
             shuffle_side(comm, b, two, &right, &right_counts, &w, &mut traffic, what)
         })?;
         // Heavy keys' right rows go to every rank; their left rows stay.
         let (right, left_heavy) = match kept {
             None => (right, None),
-            Some((left_heavy, right_heavy)) => clock.phase(b, "shuffle", || {
-                let w = wire(&right_heavy, "right", Level::AllGather)?;
-                let right_heavy = settle(
-                    comm,
-                    "replicating heavy keys' right rows",
-                    all_gather_table(comm, b, &right_heavy, &w, &mut traffic),
-                )?;
-                bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
-                let right = settle(
-                    comm,
-                    "assembling the right side",
-                    concat_tables(b, &right, &right_heavy),
-                )?;
-                Ok((right, Some(left_heavy)))
-            })?,
+            Some((left_heavy, right_heavy)) => {
+                let w = wire(&mut clock, &right_heavy, "right", Level::AllGather)?;
+                clock.phase(b, "shuffle", || {
+                    let right_heavy = settle(
+                        comm,
+                        "replicating heavy keys' right rows",
+                        all_gather_table(comm, b, &right_heavy, &w, &mut traffic),
+                    )?;
+                    bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
+                    let right = settle(
+                        comm,
+                        "assembling the right side",
+                        concat_tables(b, &right, &right_heavy),
+                    )?;
+                    Ok((right, Some(left_heavy)))
+                })?
+            }
         };
-        let left_wire = clock.phase(b, "shuffle", || wire(&left, "left", level))?;
+        let left_wire = wire(&mut clock, &left, "left", level)?;
         if opts.pipeline_chunks > 1 {
             let piped = pipeline::run(
                 comm,
