@@ -68,6 +68,10 @@ impl SideStream for joinkit_cuda::CudaBackend {
     }
 }
 
+/// Stack of the probe lane's thread: what an in-process rank's thread gets (the local joins'
+/// recursion stays well inside).
+const PROBE_STACK_BYTES: usize = 16 << 20;
+
 /// Adds `ms` to phase `name` of `phases` (appended the first time).
 pub(crate) fn add_phase(phases: &mut Vec<(&'static str, f64)>, name: &'static str, ms: f64) {
     match phases.iter_mut().find(|p| p.0 == name) {
@@ -250,6 +254,7 @@ where
     let (outcome, lane) = std::thread::scope(|s| {
         let worker = std::thread::Builder::new()
             .name(format!("rank-{}-probe", comm.rank()))
+            .stack_size(PROBE_STACK_BYTES)
             .spawn_scoped(s, || probe_lane(b, right, kept, rx, opts, start, &failed));
         let outcome = (|| {
             // This rank's failure not yet told to the others: said at the next agreement.
