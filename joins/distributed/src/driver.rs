@@ -1,7 +1,7 @@
 //! The distributed join, step by step: agree on the inputs, plan (sizes, placement, heavy
 //! keys), move the rows (shuffle or replicate), join locally, and report.
 
-use joinkit::{JoinBackend, Materialized, Table, check_rows, join_columns};
+use joinkit::{JoinBackend, JoinOptions, Materialized, Table, check_rows, join_columns};
 use joinkit_codec::Codec;
 use joinkit_comm::{Communicator, ReduceOp};
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
@@ -447,6 +447,37 @@ fn concat_tables<B: Backend, K: Key>(
     Table::new(b.concat(&a.keys, &c.keys)?, payloads)
 }
 
+/// Checks `rows` rows shaped like `out` (its columns and validity word) against the output
+/// budget of `opts`.
+///
+/// # Errors
+/// [`Error::OutputOverBudget`] when they take more bytes than the budget.
+pub(crate) fn check_output_budget<B: Backend>(
+    opts: &JoinOptions,
+    out: &Materialized<B>,
+    rows: u64,
+) -> Result<()> {
+    let Some(budget) = opts.memory_budget else {
+        return Ok(());
+    };
+    let width = out
+        .left
+        .iter()
+        .chain(&out.right)
+        .map(Column::width)
+        .sum::<usize>()
+        + if out.right_valid.is_some() { 4 } else { 0 };
+    let bytes = rows.saturating_mul(width as u64);
+    if bytes > budget {
+        return Err(Error::OutputOverBudget {
+            rows,
+            bytes,
+            budget,
+        });
+    }
+    Ok(())
+}
+
 /// Every rank's output on rank 0 (the others keep empty columns of the same types), after
 /// checking the whole output against the budget.
 fn gather_to_root<C: Communicator>(
@@ -456,23 +487,7 @@ fn gather_to_root<C: Communicator>(
     global_rows: u64,
     opts: &DistributedOptions,
 ) -> Result<Materialized<C::Backend>> {
-    if let Some(budget) = opts.join.memory_budget {
-        let width = out
-            .left
-            .iter()
-            .chain(&out.right)
-            .map(Column::width)
-            .sum::<usize>()
-            + if out.right_valid.is_some() { 4 } else { 0 };
-        let bytes = global_rows.saturating_mul(width as u64);
-        if bytes > budget {
-            return Err(Error::OutputOverBudget {
-                rows: global_rows,
-                bytes,
-                budget,
-            });
-        }
-    }
+    check_output_budget(&opts.join, &out, global_rows)?;
     let mut counts = vec![0usize; comm.size()];
     counts[0] = usize::try_from(out.rows).map_err(|_| Error::SizeOverflow("output rows"))?;
     let moved = (|| {

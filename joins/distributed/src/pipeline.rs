@@ -18,10 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::Instant;
 
-use joinkit::{JoinBackend, JoinOptions, JoinStats, Materialized, Table, join_columns};
+use joinkit::{
+    Algorithm, JoinBackend, JoinOptions, JoinStats, Materialized, ProbeTable, Table, join_columns,
+};
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error, Key, Result};
 
+use crate::driver::check_output_budget;
 use crate::shuffle::{regroup, settle};
 use crate::stats::{PipelineStats, Span};
 
@@ -145,27 +148,43 @@ fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
     a.peak_memory_bytes = a.peak_memory_bytes.max(s.peak_memory_bytes);
 }
 
-/// What probes the chunks: each chunk joined with the whole right side.
-struct Prober<'r, B: JoinBackend, K: Key> {
-    b: B,
-    right: &'r Table<B, K>,
-    opts: JoinOptions,
+/// What probes the chunks: a hash table on the whole right side built once
+/// ([`ProbeTable`]: [`Algorithm::Auto`] or a non-partitioned hash join), or, for another local
+/// algorithm the caller named, that algorithm per chunk against the whole right side.
+enum Prober<'r, B: JoinBackend, K: Key> {
+    Table(ProbeTable<'r, B, K>),
+    Each {
+        b: B,
+        right: &'r Table<B, K>,
+        opts: JoinOptions,
+    },
 }
 
 impl<'r, B: JoinBackend, K: Key> Prober<'r, B, K> {
+    /// The prober, with the table's build statistics where one was built.
     fn new(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<(Self, Option<JoinStats>)> {
-        Ok((
-            Self {
-                b: b.clone(),
-                right,
-                opts: *opts,
-            },
-            None,
-        ))
+        match opts.algorithm {
+            Algorithm::Auto | Algorithm::NphjOpen | Algorithm::NphjChained => {
+                let table = ProbeTable::build(b, right, opts)?;
+                let build = table.build_stats().clone();
+                Ok((Self::Table(table), Some(build)))
+            }
+            _ => Ok((
+                Self::Each {
+                    b: b.clone(),
+                    right,
+                    opts: *opts,
+                },
+                None,
+            )),
+        }
     }
 
     fn probe(&self, left: &Table<B, K>) -> Result<(Materialized<B>, JoinStats)> {
-        join_columns(&self.b, left, self.right, &self.opts)
+        match self {
+            Self::Table(t) => t.probe_columns(left),
+            Self::Each { b, right, opts } => join_columns(b, left, right, opts),
+        }
     }
 }
 
@@ -330,7 +349,7 @@ where
     let out = settle(
         comm,
         "concatenating the chunks' outputs",
-        concat_outputs(b, parts),
+        concat_outputs(b, parts, opts),
     )?;
     Ok(Piped {
         out,
@@ -417,8 +436,17 @@ fn probe_lane<B: JoinBackend + SideStream, K: Key>(
 }
 
 /// The parts' rows one after another (each part's first `rows` rows: a column may hold
-/// more).
-fn concat_outputs<B: Backend>(b: &B, mut parts: Vec<Materialized<B>>) -> Result<Materialized<B>> {
+/// more). Each part fitted the output budget alone; the whole must too, as the blocking
+/// join's output does.
+fn concat_outputs<B: Backend>(
+    b: &B,
+    mut parts: Vec<Materialized<B>>,
+    opts: &JoinOptions,
+) -> Result<Materialized<B>> {
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::Corrupt("no output".into()))?;
+    check_output_budget(opts, first, parts.iter().map(|p| p.rows).sum())?;
     if parts.len() == 1 {
         return parts
             .pop()
@@ -428,9 +456,7 @@ fn concat_outputs<B: Backend>(b: &B, mut parts: Vec<Materialized<B>>) -> Result<
         .iter()
         .map(|p| usize::try_from(p.rows).map_err(|_| Error::SizeOverflow("output rows")))
         .collect::<Result<Vec<usize>>>()?;
-    let first = parts
-        .first()
-        .ok_or_else(|| Error::Corrupt("no output".into()))?;
+    let first = &parts[0];
     let side = |pick: fn(&Materialized<B>) -> &Vec<Column<B>>| {
         (0..pick(first).len())
             .map(|j| {

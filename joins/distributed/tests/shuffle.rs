@@ -339,43 +339,40 @@ fn every_kind_pipelined_equals_blocking() {
     }
 }
 
-/// A probe that fails on one rank mid-pipeline (its chunk's output over the budget) is its own
-/// error there and [`Error::PeerFailed`] on the others, never a hang.
+/// An output over the budget on one rank is its own error there and [`Error::PeerFailed`]
+/// on the others, never a hang: a chunk's own output over it (the probe lane fails
+/// mid-pipeline), every chunk's within it but not their sum (as the blocking join refuses).
 #[test]
-fn a_probe_failing_on_one_rank_is_an_error_everywhere() {
-    let world = LocalWorld::new(3, CommConfig::default()).unwrap();
-    let results = world.run(|comm| {
-        let cpu = CpuBackend::new();
-        // Key 7 meets 400 × 400 rows: the rank owning it passes the 64 KiB budget.
-        let keys: Vec<u64> = (0..1_200).map(|i| if i % 3 == 0 { 7 } else { i }).collect();
-        let (r, n) = (comm.rank(), comm.size());
-        let opts =
-            DistributedOptions::new(JoinOptions::new(JoinKind::Inner).memory_budget(1 << 16))
-                .placement(Placement::Partitioned)
-                .skew(Skew::Off)
-                .pipeline_chunks(3);
-        distributed_join_columns(
-            &comm,
-            &cpu,
-            share(&cpu, &keys, r, n),
-            share(&cpu, &keys, r, n),
-            &opts,
-        )
-        .map(drop)
-    });
-    let over = results
-        .iter()
-        .filter(|r| matches!(r, Err(Error::OutputOverBudget { .. })))
-        .count();
-    assert_eq!(over, 1, "{results:?}");
-    for r in &results {
-        assert!(
-            matches!(
-                r,
-                Err(Error::OutputOverBudget { .. } | Error::PeerFailed { .. })
-            ),
-            "{r:?}"
-        );
+fn an_output_over_the_budget_on_one_rank_is_an_error_everywhere() {
+    // Key 7 meets 400 × 400 rows (2.56 MB of two u64 payloads) on the rank that owns it.
+    let keys: Vec<u64> = (0..1_200).map(|i| if i % 3 == 0 { 7 } else { i }).collect();
+    for (budget, chunks) in [(1 << 16, 3), (1 << 20, 7), (1 << 20, 1)] {
+        let world = LocalWorld::new(3, CommConfig::default()).unwrap();
+        let results = world.run(|comm| {
+            let cpu = CpuBackend::new();
+            let (r, n) = (comm.rank(), comm.size());
+            let opts =
+                DistributedOptions::new(JoinOptions::new(JoinKind::Inner).memory_budget(budget))
+                    .placement(Placement::Partitioned)
+                    .skew(Skew::Off)
+                    .pipeline_chunks(chunks);
+            let (left, right) = (share(&cpu, &keys, r, n), share(&cpu, &keys, r, n));
+            distributed_join_columns(&comm, &cpu, left, right, &opts).map(drop)
+        });
+        let over = results
+            .iter()
+            .filter(|r| matches!(r, Err(Error::OutputOverBudget { .. })))
+            .count();
+        assert_eq!(over, 1, "budget {budget}, {chunks} chunks: {results:?}");
+        for r in &results {
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::OutputOverBudget { .. } | Error::PeerFailed { .. })
+                ),
+                "{r:?}"
+            );
+        }
     }
 }
 
