@@ -31,7 +31,7 @@ use joinkit_distributed::{
 use crate::error::{BenchError, Result};
 use crate::join::{parse_algorithm, parse_kind};
 use crate::measure::{Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
-use crate::plot::PlotSpec;
+use crate::plot::{Bar, PlotSpec};
 use crate::report::Row;
 
 /// Options of `distributed`.
@@ -743,7 +743,21 @@ fn report(
                 "{workload}: {ranks} ranks, {} chunks, compress {:?}, {:.1} ms",
                 args.pipeline_chunks, args.compress, m.total_ms
             );
-            crate::plot::timeline(path, &title, &m.timelines)?;
+            const LANES: [&str; 2] = ["communication", "compute"];
+            let rows: Vec<String> = (0..m.timelines.len())
+                .flat_map(|r| LANES.map(|l| format!("rank {r} {l}")))
+                .collect();
+            let bars: Vec<Bar<'_>> = (m.timelines.iter().enumerate())
+                .flat_map(|(r, spans)| {
+                    spans.iter().map(move |s| Bar {
+                        row: r * LANES.len() + usize::from(s.lane == LANES[1]),
+                        what: s.what,
+                        start_ms: s.start_ms,
+                        end_ms: s.end_ms,
+                    })
+                })
+                .collect();
+            crate::plot::timeline(path, &title, "ms since the join began", &rows, &bars)?;
             ctx.report
                 .note(format!("timeline of the median run: {}", path.display()));
             Ok(())

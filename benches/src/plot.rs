@@ -386,20 +386,31 @@ fn write_png(path: &Path, rgb: &[u8], size: (u32, u32)) -> std::result::Result<(
     w.finish().map_err(|e| e.to_string())
 }
 
-/// Width of a timeline; its height grows with the lanes.
+/// Width of a timeline; its height grows with its rows.
 const TIMELINE_WIDTH: u32 = 1100;
 
-/// Writes a timeline of one distributed run, as `path` (SVG) and beside it the same as PNG: a
-/// row per rank and lane (communication, compute), a bar per span coloured by what it is
-/// (phases; a pipeline's chunk shuffles, build and probes), milliseconds since the join began
-/// across.
+/// One bar of a timeline: on row `row`, what ran (its colour and legend entry), from when to
+/// when (milliseconds).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bar<'a> {
+    pub(crate) row: usize,
+    pub(crate) what: &'a str,
+    pub(crate) start_ms: f64,
+    pub(crate) end_ms: f64,
+}
+
+/// Writes a timeline as `path` (SVG) and beside it the same as PNG: the rows named by `rows`
+/// top to bottom (lanes: a stream, a thread, a rank's side of the work), a bar per span
+/// coloured by what ran, `x_label` across.
 ///
 /// # Errors
 /// [`BenchError::File`] when drawing fails; [`BenchError::Io`] when writing does.
 pub(crate) fn timeline(
     path: &Path,
     title: &str,
-    ranks: &[Vec<joinkit_distributed::Span>],
+    x_label: &str,
+    rows: &[String],
+    bars: &[Bar<'_>],
 ) -> Result<()> {
     let fail = |path: &Path| {
         let path = path.to_path_buf();
@@ -411,13 +422,14 @@ pub(crate) fn timeline(
     if font().is_none() {
         return Err(fail(path)("the embedded font does not load".into()));
     }
-    let rows = ranks.len() * TIMELINE_LANES.len();
-    let size = (TIMELINE_WIDTH, 120 + 34 * rows.max(1) as u32);
+    let size = (TIMELINE_WIDTH, 120 + 34 * rows.len().max(1) as u32);
     let mut text = String::new();
     draw_timeline(
         SVGBackend::with_string(&mut text, size).into_drawing_area(),
         title,
-        ranks,
+        x_label,
+        rows,
+        bars,
     )
     .map_err(fail(path))?;
     std::fs::write(path, text).map_err(|source| BenchError::Io {
@@ -426,33 +438,33 @@ pub(crate) fn timeline(
     })?;
     let png = path.with_extension("png");
     let mut pixels = vec![0u8; (size.0 * size.1 * 3) as usize];
-    let bitmap = Bitmap(BitMapBackend::with_buffer(&mut pixels, size));
-    draw_timeline(bitmap.into_drawing_area(), title, ranks).map_err(fail(&png))?;
+    draw_timeline(
+        Bitmap(BitMapBackend::with_buffer(&mut pixels, size)).into_drawing_area(),
+        title,
+        x_label,
+        rows,
+        bars,
+    )
+    .map_err(fail(&png))?;
     write_png(&png, &pixels, size).map_err(fail(&png))
 }
-
-/// The lanes of a rank in a timeline, top to bottom.
-const TIMELINE_LANES: [&str; 2] = ["communication", "compute"];
 
 fn draw_timeline<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     title: &str,
-    ranks: &[Vec<joinkit_distributed::Span>],
+    x_label: &str,
+    row_names: &[String],
+    bars: &[Bar<'_>],
 ) -> std::result::Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let mut names: Vec<&str> = Vec::new();
-    for s in ranks.iter().flatten() {
-        if !names.contains(&s.what) {
-            names.push(s.what);
+    for b in bars {
+        if !names.contains(&b.what) {
+            names.push(b.what);
         }
     }
-    let end = ranks
-        .iter()
-        .flatten()
-        .fold(0f64, |m, s| m.max(s.end_ms))
-        .max(1e-3);
-    let lanes = TIMELINE_LANES.len();
-    let rows = (ranks.len() * lanes) as i32;
+    let end = bars.iter().fold(0f64, |m, b| m.max(b.end_ms)).max(1e-3);
+    let rows = row_names.len() as i32;
     root.fill(&WHITE).map_err(e)?;
     let width = root.dim_in_pixel().0;
     let (plot_area, legend) = root.split_horizontally(width - LEGEND_WIDTH + 60);
@@ -463,17 +475,16 @@ fn draw_timeline<DB: DrawingBackend>(
         .y_label_area_size(170)
         .build_cartesian_2d(0f64..end * 1.02, (0..rows).into_segmented())
         .map_err(e)?;
-    // Rank 0's first lane on top: row `rows - 1` holds it.
+    // The first row on top: segment `rows - 1` holds it.
     let label = |v: &SegmentValue<i32>| match v {
         SegmentValue::CenterOf(r) if *r >= 0 && *r < rows => {
-            let top = (rows - 1 - r) as usize;
-            format!("rank {} {}", top / lanes, TIMELINE_LANES[top % lanes])
+            row_names[(rows - 1 - r) as usize].clone()
         }
         _ => String::new(),
     };
     chart
         .configure_mesh()
-        .x_desc("ms since the join began")
+        .x_desc(x_label)
         .y_label_formatter(&label)
         .y_labels(rows as usize)
         .axis_desc_style(("sans-serif", 15))
@@ -481,24 +492,18 @@ fn draw_timeline<DB: DrawingBackend>(
         .light_line_style(WHITE)
         .draw()
         .map_err(e)?;
-    for (r, spans) in ranks.iter().enumerate() {
-        for s in spans {
-            let lane = TIMELINE_LANES
-                .iter()
-                .position(|&l| l == s.lane)
-                .unwrap_or(0);
-            let row = rows - 1 - (r * lanes + lane) as i32;
-            let color = COLORS[names.iter().position(|&n| n == s.what).unwrap_or(0) % COLORS.len()];
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [
-                        (s.start_ms, SegmentValue::Exact(row)),
-                        (s.end_ms, SegmentValue::Exact(row + 1)),
-                    ],
-                    color.filled(),
-                )))
-                .map_err(e)?;
-        }
+    for b in bars.iter().filter(|b| (b.row as i32) < rows) {
+        let row = rows - 1 - b.row as i32;
+        let color = COLORS[names.iter().position(|&n| n == b.what).unwrap_or(0) % COLORS.len()];
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [
+                    (b.start_ms, SegmentValue::Exact(row)),
+                    (b.end_ms, SegmentValue::Exact(row + 1)),
+                ],
+                color.filled(),
+            )))
+            .map_err(e)?;
     }
     for (i, name) in names.iter().enumerate() {
         let y = 40 + 20 * i as i32;
