@@ -8,9 +8,9 @@ use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
 use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_phase};
-use crate::shuffle::{TwoLevel, all_gather_table, partition, row_bytes, settle, shuffle_side};
+use crate::shuffle::{TwoLevel, partition, row_bytes, settle, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
-use crate::wire::{Level, Links, Traffic, plan_wire};
+use crate::wire::{Level, Links, Pattern, Traffic, move_table, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
     pipeline,
@@ -238,7 +238,7 @@ where
             settle(
                 comm,
                 "replicating the right side",
-                all_gather_table(comm, b, &right, &w, &mut traffic),
+                move_table(comm, b, &right, Pattern::AllGather, &w, &mut traffic),
             )
         })?;
         bytes_sent += (input_rows.1 * row_bytes.1 * (ranks - 1)) as u64;
@@ -298,7 +298,7 @@ where
                     let right_heavy = settle(
                         comm,
                         "replicating heavy keys' right rows",
-                        all_gather_table(comm, b, &right_heavy, &w, &mut traffic),
+                        move_table(comm, b, &right_heavy, Pattern::AllGather, &w, &mut traffic),
                     )?;
                     bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
                     let right = settle(

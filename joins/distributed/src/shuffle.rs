@@ -57,31 +57,6 @@ pub(crate) fn partition<B: Backend + HashPartition, K: Key>(
     Ok((Table::new(p.keys, p.payloads)?, counts))
 }
 
-/// Sends `send_counts[p]` rows of `table` (grouped by destination) to rank `p`, every column
-/// raw or compressed as `wire` says; returns the rows received, in rank order.
-pub(crate) fn exchange<C, K>(
-    comm: &C,
-    b: &C::Backend,
-    table: &Table<C::Backend, K>,
-    send_counts: &[usize],
-    wire: &Wire,
-    traffic: &mut Traffic,
-) -> Result<Table<C::Backend, K>>
-where
-    C: Communicator,
-    C::Backend: Codec,
-    K: Key,
-{
-    move_table(
-        comm,
-        b,
-        table,
-        Pattern::AllToAll(send_counts),
-        wire,
-        traffic,
-    )
-}
-
 /// One side's rows (grouped by destination, `send_counts` a rank) to their ranks, on backend
 /// `on`'s stream: by the two-level shuffle when `two` is given, else by one all-to-all, each
 /// column as `wire` says; every rank ends the step alike ([`settle`], named `what`).
@@ -106,26 +81,16 @@ where
         None => settle(
             comm,
             what,
-            exchange(comm, on, table, send_counts, wire, traffic),
+            move_table(
+                comm,
+                on,
+                table,
+                Pattern::AllToAll(send_counts),
+                wire,
+                traffic,
+            ),
         ),
     }
-}
-
-/// Every rank's `table`, concatenated in rank order, on every rank (a replicated build side),
-/// every column raw or compressed as `wire` says.
-pub(crate) fn all_gather_table<C, K>(
-    comm: &C,
-    b: &C::Backend,
-    table: &Table<C::Backend, K>,
-    wire: &Wire,
-    traffic: &mut Traffic,
-) -> Result<Table<C::Backend, K>>
-where
-    C: Communicator,
-    C::Backend: Codec,
-    K: Key,
-{
-    move_table(comm, b, table, Pattern::AllGather, wire, traffic)
 }
 
 /// A two-level shuffle's layout: ranks are `nodes × ranks_per_node`, rank
@@ -196,11 +161,11 @@ impl TwoLevel {
         let arrived = settle(
             comm,
             "two-level shuffle across nodes",
-            exchange(
+            move_table(
                 comm,
                 b,
                 table,
-                &to_node,
+                Pattern::AllToAll(&to_node),
                 &wire.at(Level::AcrossNodes),
                 traffic,
             ),
@@ -237,11 +202,11 @@ impl TwoLevel {
                 .enumerate()
                 .map(|(j, &c)| (node * per_node + j, c)),
         );
-        exchange(
+        move_table(
             comm,
             b,
             &regrouped,
-            &within,
+            Pattern::AllToAll(&within),
             &wire.at(Level::WithinNode),
             traffic,
         )
