@@ -20,6 +20,7 @@ use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
 use crate::measure::{Ctx, Runs, median_run};
+use crate::plot::Bar;
 use crate::report::Row;
 
 /// Where S comes from in a streamed join.
@@ -320,83 +321,26 @@ fn describe_memory<B: Backend>(b: &B) -> Option<f64> {
         .map(|g| g * (1u64 << 30) as f64)
 }
 
-/// Lanes from top to bottom and their colours.
-const LANES: [(Lane, &str); 5] = [
-    (Lane::Fill, "#7f7f7f"),
-    (Lane::CopyIn, "#1f77b4"),
-    (Lane::Probe, "#2ca02c"),
-    (Lane::CopyOut, "#ff7f0e"),
-    (Lane::Sink, "#9467bd"),
-];
-
-/// Draws the timeline of a streamed join as an SVG: a lane per step, a bar per chunk.
+/// Draws the timeline of a streamed join (SVG, and PNG beside it): a lane per step of the
+/// pipeline, a bar per chunk.
 fn write_timeline(path: &Path, st: &StreamStats, device: &str) -> Result<()> {
-    use std::fmt::Write as _;
-    let (width, lane_h, left, top) = (1200.0, 36.0, 90.0, 40.0);
-    let end = st
+    let rows: Vec<String> = Lane::ALL.iter().map(|l| l.name().to_string()).collect();
+    let bars: Vec<Bar<'_>> = st
         .timeline
         .iter()
-        .map(|s| s.end_ms)
-        .fold(0.0, f64::max)
-        .max(1e-3);
-    let x = |ms: f64| left + (width - left - 20.0) * ms / end;
-    let height = top + lane_h * LANES.len() as f64 + 40.0;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{left}" y="20">Streamed join on {}: {} chunks, {:.1} GB of S in {:.1} ms ({:.1} GB/s)</text>"#,
-        escape(device),
+        .map(|s| Bar {
+            row: Lane::ALL.iter().position(|l| *l == s.lane).unwrap_or(0),
+            what: s.lane.name(),
+            start_ms: s.start_ms,
+            end_ms: s.end_ms,
+        })
+        .collect();
+    let title = format!(
+        "Streamed join on {device}: {} chunks, {:.1} GB of S in {:.1} ms ({:.1} GB/s)",
         st.chunks,
         st.bytes_in as f64 / 1e9,
         st.wall_ms,
         st.left_gbps()
     );
-    for (i, (lane, color)) in LANES.iter().enumerate() {
-        let y = top + lane_h * i as f64;
-        let _ = writeln!(
-            svg,
-            r#"<text x="4" y="{}">{}</text>"#,
-            y + lane_h * 0.6,
-            lane.name()
-        );
-        for s in st.timeline.iter().filter(|s| s.lane == *lane) {
-            let w = (x(s.end_ms) - x(s.start_ms)).max(0.5);
-            let shade = if s.chunk % 2 == 0 { "1" } else { "0.6" };
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="{:.1}" fill="{color}" fill-opacity="{shade}"><title>chunk {} {}: {:.3}-{:.3} ms</title></rect>"#,
-                x(s.start_ms),
-                y + 4.0,
-                lane_h - 8.0,
-                s.chunk,
-                lane.name(),
-                s.start_ms,
-                s.end_ms
-            );
-        }
-    }
-    let axis_y = top + lane_h * LANES.len() as f64 + 16.0;
-    for t in 0..=10 {
-        let ms = end * f64::from(t) / 10.0;
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{axis_y}" text-anchor="middle">{ms:.0} ms</text>"#,
-            x(ms)
-        );
-    }
-    svg.push_str("</svg>\n");
-    std::fs::write(path, svg).map_err(|source| BenchError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    crate::plot::timeline(path, &title, "ms since the stream began", &rows, &bars)
 }

@@ -115,7 +115,9 @@ fn elements_read_back_one_by_one() {
     let Some(gpu) = joinkit_cuda::testing::cuda_or_skip("elements_read_back_one_by_one") else {
         return;
     };
-    let wide: Vec<u64> = (0..1000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    let wide: Vec<u64> = (0..1000u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
     let narrow: Vec<u32> = wide.iter().map(|&x| (x >> 7) as u32).collect();
     let (w, n) = (gpu.upload(&wide).unwrap(), gpu.upload(&narrow).unwrap());
     for i in (0..1000).step_by(37).chain([999]) {
