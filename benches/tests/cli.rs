@@ -1240,7 +1240,10 @@ fn streamed_joins_from_host_memory_and_a_generator() {
             assert_eq!(row["chunks"], 7, "{row}");
             assert_eq!(row["algorithm"], "NPHJ-open");
             let drawn = std::fs::read_to_string(&svg).unwrap();
-            assert!(drawn.contains("<svg") && drawn.contains("copy in"), "{drawn}");
+            assert!(
+                drawn.contains("<svg") && drawn.contains("copy in"),
+                "{drawn}"
+            );
             assert!(svg.with_extension("png").is_file());
         }
     }

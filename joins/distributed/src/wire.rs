@@ -20,14 +20,19 @@ use crate::shuffle::settle;
 /// stream headers would buy less than a tenth of the bytes.
 pub const MIN_RATIO: f64 = 1.1;
 
-/// The codec's round trip on the GPU, in GB/s of raw bytes: encode 450 and decode 1100 GB/s
-/// (the selector's scheme on l_orderkey-like keys, H200, docs/results/codec.md), so
-/// `1 / (1/450 + 1/1100)`. The default of [`Compression::auto`].
-pub const DEFAULT_BREAK_EVEN_GBPS: f64 = 319.0;
+/// The compressed shuffle's round trip on the GPU, in GB/s of raw bytes a rank: measured on 4
+/// H200s (docs/results/distributed.md), random 8-byte keys, 2^26 rows a rank: 10.2 ms of
+/// encode, agreement and decode for 1.2 GB a rank, 118 GB/s (TPC-H SF 10's smaller columns:
+/// 32 GB/s, fixed costs weigh more). The codec's own rates (encode 450, decode 1100 GB/s,
+/// `1 / (1/450 + 1/1100)` = 319) overstate it: with 319, `Auto` compressed over NVLink and
+/// the join took 2.3× as long. The default of [`Compression::auto`].
+pub const DEFAULT_BREAK_EVEN_GBPS: f64 = 100.0;
 
 /// Bytes each rank sends in the all-to-all that measures a link ([`Compression::Auto`] without
-/// a configured rate), after one round of the same size that warms the connections up.
-const PROBE_BYTES: usize = 8 << 20;
+/// a configured rate), after one round of the same size that warms the connections up. 8 MiB
+/// measured 94–115 GB/s on 4 H200s' NVLink, whose all-to-all moves 330 GB/s at the join's
+/// sizes: too close to the break-even.
+const PROBE_BYTES: usize = 32 << 20;
 
 /// The codec's round-trip rate from its encode and decode rates (GB/s of raw bytes): the link
 /// bandwidth below which compressing pays for a column that shrinks without bound.
@@ -41,9 +46,9 @@ pub fn codec_round_trip_gbps(encode_gbps: f64, decode_gbps: f64) -> f64 {
 /// ([`codec_round_trip_gbps`]) times `1 − 1/r`.
 ///
 /// ```
-/// use joinkit_distributed::{DEFAULT_BREAK_EVEN_GBPS, break_even_gbps, codec_round_trip_gbps};
+/// use joinkit_distributed::{break_even_gbps, codec_round_trip_gbps};
 /// let round_trip = codec_round_trip_gbps(450.0, 1100.0);
-/// assert!((round_trip - DEFAULT_BREAK_EVEN_GBPS).abs() < 0.5);
+/// assert!((round_trip - 319.0).abs() < 0.5);
 /// // A column that shrinks 4x pays on links below 3/4 of the round trip.
 /// assert!((break_even_gbps(4.0, round_trip) - 0.75 * round_trip).abs() < 1e-9);
 /// assert_eq!(break_even_gbps(1.0, round_trip), 0.0);
