@@ -28,10 +28,8 @@ pub const MIN_RATIO: f64 = 1.1;
 /// the join took 2.3× as long. The default of [`Compression::auto`].
 pub const DEFAULT_BREAK_EVEN_GBPS: f64 = 100.0;
 
-/// Bytes each rank sends in the all-to-all that measures a link ([`Compression::Auto`] without
-/// a configured rate), after one round of the same size that warms the connections up. 8 MiB
-/// measured 94–115 GB/s on 4 H200s' NVLink, whose all-to-all moves 330 GB/s at the join's
-/// sizes: too close to the break-even.
+/// Bytes each rank sends in the larger of the two all-to-alls that measure a link
+/// ([`Compression::Auto`] without a configured rate; the smaller sends an eighth).
 const PROBE_BYTES: usize = 32 << 20;
 
 /// The codec's round-trip rate from its encode and decode rates (GB/s of raw bytes): the link
@@ -165,8 +163,7 @@ pub(crate) struct Links {
 
 impl Links {
     /// The rate of `level`'s link in GB/s a rank sends: configured, measured before, or
-    /// measured now by an all-to-all of [`PROBE_BYTES`] a rank to the level's peers (the
-    /// slowest rank's time, so every rank reads the same rate).
+    /// measured now ([`measure_link`]; every rank reads the same rate).
     fn rate<C: Communicator>(
         &mut self,
         comm: &C,
@@ -200,37 +197,50 @@ fn peers<C: Communicator>(comm: &C, level: Level, ranks_per_node: usize) -> Vec<
         .collect()
 }
 
-/// GB/s of an all-to-all of [`PROBE_BYTES`] a rank spread over `peers`, as the slowest rank
-/// saw it (the second of two rounds); infinite where no rank has a peer.
+/// The link's marginal GB/s a rank: the extra bytes of an all-to-all of [`PROBE_BYTES`] a rank
+/// over one of an eighth of that, spread over `peers`, over the extra time, as the slowest rank
+/// saw them (after a warm-up round). The difference takes out each collective's fixed cost
+/// (launch, synchronization: about half a millisecond), which made an 8 MiB all-to-all read
+/// 4 H200s' NVLink at 8–13 GB/s. Infinite where no rank has a peer, or where the larger
+/// all-to-all took no longer (a link too fast to time at this size).
 fn measure_link<C: Communicator>(comm: &C, b: &C::Backend, peers: &[usize]) -> Result<f64> {
-    let words = PROBE_BYTES / 8;
-    let mut counts = vec![0usize; comm.size()];
-    for (i, &p) in peers.iter().enumerate() {
-        counts[p] = (i + 1) * words / peers.len() - i * words / peers.len();
-    }
+    let counts_of = |words: usize| {
+        let mut counts = vec![0usize; comm.size()];
+        for (i, &p) in peers.iter().enumerate() {
+            counts[p] = (i + 1) * words / peers.len() - i * words / peers.len();
+        }
+        counts
+    };
+    let (large, small) = (PROBE_BYTES / 8, PROBE_BYTES / 64);
     let send = settle(
         comm,
         "measuring the link",
         (|| {
-            let mut send = b.alloc::<u64>(words)?;
-            b.fill_random(&mut send, 11, u64::MAX)?;
+            let mut send = [b.alloc::<u64>(large)?, b.alloc::<u64>(small)?];
+            for s in &mut send {
+                b.fill_random(s, 11, u64::MAX)?;
+            }
             b.synchronize()?;
             Ok(send)
         })(),
     )?;
-    let mut nanos = 0u64;
-    for _ in 0..2 {
+    let mut nanos = [0u64; 2];
+    for round in 0..3 {
+        // Round 0 warms the connections up; rounds 1 and 2 time the large and the small one.
+        let which = usize::from(round == 2);
+        let words = [large, small][which];
         comm.barrier()?;
         let start = Instant::now();
-        comm.all_to_all_v(b, &send, &counts)?;
-        nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        comm.all_to_all_v(b, &send[which], &counts_of(words))?;
+        nanos[which] = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     }
-    let slowest = comm.all_reduce(&[nanos], ReduceOp::Max)?[0].max(1);
+    let slowest = comm.all_reduce(&nanos, ReduceOp::Max)?;
     let sent = comm.all_reduce(&[u64::from(!peers.is_empty())], ReduceOp::Max)?[0];
-    Ok(if sent == 0 {
+    let extra = slowest[0].saturating_sub(slowest[1]);
+    Ok(if sent == 0 || extra == 0 {
         f64::INFINITY
     } else {
-        PROBE_BYTES as f64 / slowest as f64
+        (PROBE_BYTES - PROBE_BYTES / 8) as f64 / extra as f64
     })
 }
 
