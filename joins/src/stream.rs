@@ -474,6 +474,21 @@ pub fn join_streamed<B: StreamedJoin, K: Key>(
     b.join_streamed(right, source, opts, sink)
 }
 
+/// Room on `b` for a chunk of `rows` left rows with payloads of `types` (unwritten).
+pub(crate) fn chunk_room<B: Backend, K: Key>(
+    b: &B,
+    types: &[ColumnType],
+    rows: usize,
+) -> Result<Table<B, K>> {
+    Ok(Table {
+        keys: b.alloc::<K>(rows)?,
+        payloads: types
+            .iter()
+            .map(|t| t.alloc(b, rows))
+            .collect::<Result<_>>()?,
+    })
+}
+
 /// Checks what a source wrote: at most `room` rows.
 pub(crate) fn check_filled(rows: usize, room: usize) -> Result<usize> {
     if rows > room {
@@ -543,13 +558,7 @@ impl StreamedJoin for CpuBackend {
         let types = source.payload_types();
         let room = opts.chunk_rows;
         let setup = Instant::now();
-        let mut chunk = Table {
-            keys: self.alloc::<K>(room)?,
-            payloads: types
-                .iter()
-                .map(|t| t.alloc(self, room))
-                .collect::<Result<_>>()?,
-        };
+        let mut chunk = chunk_room(self, &types, room)?;
         let setup_ms = setup.elapsed().as_secs_f64() * 1e3;
         let mut clock = Clock::new(opts.timeline);
         let (mut chunks, mut left_rows, mut output_rows, mut probe_ms) = (0, 0, 0, 0.0);

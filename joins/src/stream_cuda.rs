@@ -25,7 +25,7 @@ use joinkit_cuda::{
 
 use crate::stream::{
     Clock, ColumnType, HostColumn, HostColumnMut, Lane, OutputChunk, ProbeSource, Span,
-    StreamOptions, StreamStats, StreamedJoin, check_filled,
+    StreamOptions, StreamStats, StreamedJoin, check_filled, chunk_room,
 };
 use crate::{JoinKind, Materialized, ProbeTable, Table};
 
@@ -417,13 +417,7 @@ impl<'t, 'r, K: Key> Pipeline<'t, 'r, K> {
         let slots = (0..opts.buffers)
             .map(|_| {
                 Ok(DeviceSlot {
-                    chunk: Table {
-                        keys: g.alloc::<K>(room)?,
-                        payloads: types
-                            .iter()
-                            .map(|t| t.alloc(g, room))
-                            .collect::<Result<_>>()?,
-                    },
+                    chunk: chunk_room(g, types, room)?,
                     copied: sync_event(g)?,
                     consumed: sync_event(g)?,
                 })
