@@ -445,6 +445,10 @@ impl<'t, 'r, K: Key> Pipeline<'t, 'r, K> {
                 room,
             )?,
         ];
+        // The slots come from the backend's stream-ordered pool (perhaps memory the table's
+        // build freed while its kernels still ran): the copy-in stream may write them only
+        // once the backend's stream has reached their allocation.
+        g.synchronize()?;
         let timeline = DeviceTimeline::start(g, opts.timeline)?;
         Ok(Self {
             g,
