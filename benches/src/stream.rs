@@ -14,7 +14,7 @@ use joinkit::{
     ProbeSource, StreamOptions, StreamStats, StreamedJoin, Table, join_streamed,
 };
 use joinkit_cuda::hash::hash64;
-use joinkit_cuda::{Backend, CpuBackend, DeviceKind, Element, Key};
+use joinkit_cuda::{Backend, CpuBackend, DeviceKind, Key};
 use joinkit_datagen as datagen;
 use rayon::prelude::*;
 
@@ -167,8 +167,8 @@ impl<K: Key> ProbeSource<K> for GeneratedProbe {
             let salt = 200 + c as u64;
             let keys = &keys[..n];
             match room {
-                HostColumnMut::U32(p) => fill_payload(&mut p[..n], keys, salt),
-                HostColumnMut::U64(p) => fill_payload(&mut p[..n], keys, salt),
+                HostColumnMut::U32(p) => datagen::payload_into(&mut p[..n], keys, salt),
+                HostColumnMut::U64(p) => datagen::payload_into(&mut p[..n], keys, salt),
                 _ => {
                     return Err(joinkit_cuda::Error::Corrupt(
                         "payload room of another type".into(),
@@ -179,16 +179,6 @@ impl<K: Key> ProbeSource<K> for GeneratedProbe {
         self.next += n as u64;
         Ok(n)
     }
-}
-
-fn fill_payload<T: Element, K: Key>(dst: &mut [T], keys: &[K], salt: u64) {
-    dst.par_chunks_mut(1 << 16)
-        .zip(keys.par_chunks(1 << 16))
-        .for_each(|(d, k)| {
-            for (d, k) in d.iter_mut().zip(k) {
-                *d = T::from_bits(hash64(k.to_u64(), salt));
-            }
-        });
 }
 
 /// Runs the streamed join of `bench` with `algorithm` and reports it.

@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result};
+use joinkit_cuda::{Backend, Column, CpuBackend, Error, Key, Result, copy_parallel};
 
 use crate::{JoinBackend, JoinOptions, JoinStats, Materialized, ProbeTable, Table};
 
@@ -158,8 +158,7 @@ impl<'a> HostColumnMut<'a> {
             let dst = dst
                 .get_mut(..rows)
                 .ok_or_else(|| Error::InvalidArgument(format!("{rows} rows for room of {room}")))?;
-            copy_parallel(dst, src);
-            Ok(())
+            copy_parallel(dst, src)
         }
         match (self, src) {
             (Self::U32(d), Column::U32(s)) => copy(d, s, range),
@@ -183,17 +182,6 @@ impl<'a> HostColumnMut<'a> {
             Self::I64(_) => ColumnType::I64,
         }
     }
-}
-
-/// `dst.copy_from_slice(src)` in pieces over the rayon pool: one core copies at a fraction of
-/// the host link's rate.
-pub(crate) fn copy_parallel<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
-    use rayon::prelude::*;
-    const PIECE_BYTES: usize = 1 << 20;
-    let piece = (PIECE_BYTES / size_of::<T>().max(1)).max(1);
-    dst.par_chunks_mut(piece)
-        .zip(src.par_chunks(piece))
-        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Where a streamed join's left side comes from, chunk by chunk.
@@ -235,7 +223,7 @@ impl<K: Key> ProbeSource<K> for HostTableSource<'_, K> {
     fn fill(&mut self, keys: &mut [K], payloads: &mut [HostColumnMut<'_>]) -> Result<usize> {
         let rows = keys.len().min(self.table.len() - self.next);
         let range = self.next..self.next + rows;
-        copy_parallel(&mut keys[..rows], &self.table.keys[range.clone()]);
+        copy_parallel(&mut keys[..rows], &self.table.keys[range.clone()])?;
         for (room, col) in payloads.iter_mut().zip(&self.table.payloads) {
             room.copy_from(col, range.clone())?;
         }

@@ -9,7 +9,7 @@ mod common;
 
 #[cfg(feature = "cuda")]
 use common::gpu;
-use common::{expected_rows, keys, pairs_from, rows_of, runner, table};
+use common::{all_unique, expected_rows, keys, pairs_from, rows_of, runner, table};
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions, NULL_ROW, Table,
@@ -251,9 +251,7 @@ fn chunks_equal_the_join<B: JoinBackend, K: Key>(
     (shape, slack): ((u8, u64), u64),
     what: &str,
 ) -> Result<(), TestCaseError> {
-    let mut sorted = r.to_vec();
-    sorted.sort_unstable();
-    let unique = sorted.windows(2).all(|w| w[0] != w[1]);
+    let unique = all_unique(r);
     for kind in JoinKind::ALL {
         let pairs = join_pairs(l, r, kind);
         let rows = expected_rows(l, r, kind);

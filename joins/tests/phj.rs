@@ -51,11 +51,7 @@ fn check<K: Key + Arbitrary>() {
             &(keys::<K>(), keys::<K>(), 2usize..6, 1usize..12),
             |(l, r, cap, chunk)| {
                 set_cpu_phj_limits(cap, chunk).unwrap();
-                let r_unique = {
-                    let mut s = r.clone();
-                    s.sort_unstable();
-                    s.windows(2).all(|w| w[0] != w[1])
-                };
+                let r_unique = common::all_unique(&r);
                 for unique in [false, true].into_iter().filter(|&u| !u || r_unique) {
                     paired_payloads(&l, &r, unique)?;
                 }

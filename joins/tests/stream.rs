@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{expected_rows, keys, pairs_from, rows_of, runner, table};
+use common::{all_unique, expected_rows, keys, pairs_from, rows_of, runner, table};
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, Column, ColumnType, CpuBackend, Error, HostColumnMut, HostTableSource, JoinBackend,
@@ -96,9 +96,7 @@ fn streamed_equals_the_join<B: StreamedJoin, K: Key>(
     (chunk, buffers): (usize, usize),
     what: &str,
 ) -> Result<(), TestCaseError> {
-    let mut sorted = r.to_vec();
-    sorted.sort_unstable();
-    let unique = sorted.windows(2).all(|w| w[0] != w[1]);
+    let unique = all_unique(r);
     for kind in JoinKind::ALL {
         let want = expected_rows(l, r, kind);
         for algorithm in HASHED {

@@ -230,10 +230,16 @@ pub fn zipf_foreign_keys<K: Key>(
 /// [`Error::SizeOverflow`] when the host cannot allocate the column.
 pub fn payload<K: Key, T: Element>(keys: &[K], column: u64) -> Result<Vec<T>> {
     let mut out = zeroed(keys.len())?;
+    payload_into(&mut out, keys, column);
+    Ok(out)
+}
+
+/// [`payload`] written into `out` (as long as `keys`; extra elements of either are left
+/// alone): for generators that fill memory they are handed (a streamed join's staging).
+pub fn payload_into<K: Key, T: Element>(out: &mut [T], keys: &[K], column: u64) {
     out.par_iter_mut()
         .zip(keys)
         .for_each(|(p, k)| *p = T::from_bits(hash64(k.to_u64(), column)));
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -53,6 +53,21 @@ fn huge_pages<T>(v: &Vec<T>) {
 #[cfg(not(target_os = "linux"))]
 fn huge_pages<T>(_: &Vec<T>) {}
 
+/// `dst.copy_from_slice(src)` in 1 MiB pieces over the rayon pool: one core copies at a
+/// fraction of the host's memory bandwidth (and of a host link's rate).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when the lengths differ.
+pub fn copy_parallel<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) -> Result<()> {
+    const PIECE_BYTES: usize = 1 << 20;
+    Error::check_len("parallel copy", src.len(), dst.len())?;
+    let piece = (PIECE_BYTES / size_of::<T>().max(1)).max(1);
+    dst.par_chunks_mut(piece)
+        .zip(src.par_chunks(piece))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+    Ok(())
+}
+
 /// The CPU (rayon) backend.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuBackend;

@@ -40,7 +40,7 @@ pub mod testing;
 
 pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
 pub use column::Column;
-pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, try_reserved};
+pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, copy_parallel, try_reserved};
 #[cfg(feature = "cuda")]
 pub use cuda::{
     CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, PinnedBuffer, Scratch, StagingBuffer,

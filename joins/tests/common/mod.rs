@@ -46,6 +46,14 @@ pub fn keys<K: Key + Arbitrary>() -> impl Strategy<Value = Vec<K>> {
     ]
 }
 
+/// Whether every key of `keys` differs from every other (a right side that may be promised
+/// unique).
+pub fn all_unique<K: Key>(keys: &[K]) -> bool {
+    let mut sorted = keys.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|w| w[0] != w[1])
+}
+
 /// A row's payloads as a function of its key: a u64 and an i32 column.
 fn payloads_of<K: Key>(k: K, salt: u64) -> [u64; 2] {
     [

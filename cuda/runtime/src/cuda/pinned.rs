@@ -5,7 +5,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::{CudaStream, CudaViewMut, DevicePtrMut, PinnedHostSlice};
-use rayon::prelude::*;
 
 use super::{CudaBackend, driver};
 use crate::{Element, Error, Result};
@@ -73,10 +72,7 @@ impl CudaBackend {
         let dst = slice
             .as_mut_slice()
             .map_err(driver("reading pinned host memory"))?;
-        dst[..host.len()]
-            .par_chunks_mut(1 << 20)
-            .zip(host.par_chunks(1 << 20))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+        crate::copy_parallel(&mut dst[..host.len()], host)?;
         let address = slice
             .as_ptr()
             .map_err(driver("reading pinned host memory"))? as usize;
