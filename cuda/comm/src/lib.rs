@@ -172,6 +172,37 @@ pub trait Communicator: Send + Sized {
         send_counts: &[usize],
     ) -> Result<Received<Self::Backend, T>>;
 
+    /// As [`Communicator::all_to_all_v`], but the rows need not arrive grouped in rank order:
+    /// they arrive in an order fixed by every rank's send counts alone, so buffers exchanged
+    /// with the same counts (the columns of one table) stay row-aligned with each other. A
+    /// transport may use the freedom to keep its large transfers aligned (NCCL moves
+    /// misaligned segments at about half the rate); the default keeps rank order.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_to_all_v`].
+    fn all_to_all_v_any_order<T: Element>(
+        &self,
+        backend: &Self::Backend,
+        send: &<Self::Backend as Backend>::Buf<T>,
+        send_counts: &[usize],
+    ) -> Result<Received<Self::Backend, T>> {
+        self.all_to_all_v(backend, send, send_counts)
+    }
+
+    /// As [`Communicator::all_gather_v`], with the freedom of
+    /// [`Communicator::all_to_all_v_any_order`]: the rows arrive in an order fixed by every
+    /// rank's length alone.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather_v`].
+    fn all_gather_v_any_order<T: Element>(
+        &self,
+        backend: &Self::Backend,
+        send: &<Self::Backend as Backend>::Buf<T>,
+    ) -> Result<Received<Self::Backend, T>> {
+        self.all_gather_v(backend, send)
+    }
+
     /// Variable-size all-gather: every rank's `send`, concatenated in rank order, on every
     /// rank, with each rank's length.
     ///

@@ -83,9 +83,16 @@ fn a_world_of_one_gathers_reduces_and_exchanges() {
                 let (got, counts) = comm.all_to_all_v(&gpu, &send, &[take]).unwrap();
                 prop_assert_eq!(counts, vec![take]);
                 prop_assert_eq!(gpu.download(&got).unwrap(), rows[..take].to_vec());
+                // Any order, one rank: its aligned body, then its tail, i.e. in order.
+                let (got, counts) = comm.all_to_all_v_any_order(&gpu, &send, &[take]).unwrap();
+                prop_assert_eq!(counts, vec![take]);
+                prop_assert_eq!(gpu.download(&got).unwrap(), rows[..take].to_vec());
                 let narrow: Vec<i32> = rows.iter().map(|&v| v as i32).collect();
                 let send = gpu.upload(&narrow).unwrap();
                 let (got, counts) = comm.all_gather_v(&gpu, &send).unwrap();
+                prop_assert_eq!(counts, vec![narrow.len()]);
+                prop_assert_eq!(gpu.download(&got).unwrap(), narrow.clone());
+                let (got, counts) = comm.all_gather_v_any_order(&gpu, &send).unwrap();
                 prop_assert_eq!(counts, vec![narrow.len()]);
                 prop_assert_eq!(gpu.download(&got).unwrap(), narrow);
                 Ok(())
@@ -231,11 +238,32 @@ fn every_gpu_exchanges_random_counts_and_splits() {
         let (got, from) = comm.all_to_all_v(b, &b.upload(&send)?, &counts[me])?;
         assert_eq!(from, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
         assert_eq!(b.download(&got)?, want, "rank {me}");
+        // Any order: the same rows, and a second column sent with the same counts (each
+        // stamp's low word) still beside its row.
+        let low: Vec<u32> = send.iter().map(|&v| v as u32).collect();
+        let (got, from) = comm.all_to_all_v_any_order(b, &b.upload(&send)?, &counts[me])?;
+        let (got_low, _) = comm.all_to_all_v_any_order(b, &b.upload(&low)?, &counts[me])?;
+        assert_eq!(from, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
+        let (got, got_low) = (b.download(&got)?, b.download(&got_low)?);
+        assert!(
+            got.iter().zip(&got_low).all(|(&w, &l)| w as u32 == l),
+            "rank {me}"
+        );
+        let mut sorted = got;
+        sorted.sort_unstable();
+        let mut want_sorted = want;
+        want_sorted.sort_unstable();
+        assert_eq!(sorted, want_sorted, "rank {me}");
         let mine = vec![me as u32; me + 1];
         let (all, lens) = comm.all_gather_v(b, &b.upload(&mine)?)?;
         assert_eq!(lens, (1..=ranks).collect::<Vec<_>>());
         let flat: Vec<u32> = (0..ranks).flat_map(|r| vec![r as u32; r + 1]).collect();
         assert_eq!(b.download(&all)?, flat);
+        let (all, lens) = comm.all_gather_v_any_order(b, &b.upload(&mine)?)?;
+        assert_eq!(lens, (1..=ranks).collect::<Vec<_>>());
+        let mut all = b.download(&all)?;
+        all.sort_unstable();
+        assert_eq!(all, flat);
         assert_eq!(
             comm.all_reduce(&[me as u64], ReduceOp::Sum)?,
             vec![(ranks * (ranks - 1) / 2) as u64]

@@ -10,7 +10,7 @@ use joinkit_partition::HashPartition;
 use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_phase};
 use crate::shuffle::{TwoLevel, partition, row_bytes, settle, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
-use crate::wire::{Level, Links, Pattern, Traffic, move_table, plan_wire};
+use crate::wire::{Arrival, Level, Links, Pattern, Traffic, move_table, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
     pipeline,
@@ -238,7 +238,14 @@ where
             settle(
                 comm,
                 "replicating the right side",
-                move_table(comm, b, &right, Pattern::AllGather, &w, &mut traffic),
+                move_table(
+                    comm,
+                    b,
+                    &right,
+                    (Pattern::AllGather, Arrival::Any),
+                    &w,
+                    &mut traffic,
+                ),
             )
         })?;
         bytes_sent += (input_rows.1 * row_bytes.1 * (ranks - 1)) as u64;
@@ -298,7 +305,14 @@ where
                     let right_heavy = settle(
                         comm,
                         "replicating heavy keys' right rows",
-                        move_table(comm, b, &right_heavy, Pattern::AllGather, &w, &mut traffic),
+                        move_table(
+                            comm,
+                            b,
+                            &right_heavy,
+                            (Pattern::AllGather, Arrival::Any),
+                            &w,
+                            &mut traffic,
+                        ),
                     )?;
                     bytes_sent += (right_heavy.len() * row_bytes.1) as u64;
                     let right = settle(

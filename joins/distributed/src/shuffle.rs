@@ -9,7 +9,7 @@ use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::{HashPartition, RowIds};
 
-use crate::wire::{Level, Pattern, Traffic, Wire, move_table};
+use crate::wire::{Arrival, Level, Pattern, Traffic, Wire, move_table};
 
 /// The seed of the hash that picks a key's rank: not the local partitioned joins' mix seed
 /// ([`joinkit::MIX_SEED`]), so the keys one rank receives still spread over all of its local
@@ -85,7 +85,7 @@ where
                 comm,
                 on,
                 table,
-                Pattern::AllToAll(send_counts),
+                (Pattern::AllToAll(send_counts), Arrival::Any),
                 wire,
                 traffic,
             ),
@@ -165,7 +165,7 @@ impl TwoLevel {
                 comm,
                 b,
                 table,
-                Pattern::AllToAll(&to_node),
+                (Pattern::AllToAll(&to_node), Arrival::RankOrder),
                 &wire.at(Level::AcrossNodes),
                 traffic,
             ),
@@ -206,7 +206,7 @@ impl TwoLevel {
             comm,
             b,
             &regrouped,
-            Pattern::AllToAll(&within),
+            (Pattern::AllToAll(&within), Arrival::Any),
             &wire.at(Level::WithinNode),
             traffic,
         )

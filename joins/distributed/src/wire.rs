@@ -357,6 +357,16 @@ impl Traffic {
     }
 }
 
+/// Whether a moved table's rows must arrive grouped by sender in rank order (a step that
+/// regroups them next) or may arrive in any order the transport moves fastest (a table that is
+/// joined next: [`Communicator::all_to_all_v_any_order`]). Compressed tables arrive in rank
+/// order either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    RankOrder,
+    Any,
+}
+
 /// The collective a table moves by.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Pattern<'a> {
@@ -488,6 +498,7 @@ fn decode<B: Codec, T: Element>(
 struct Mover<'w> {
     wire: &'w Wire,
     traffic: &'w mut Traffic,
+    arrival: Arrival,
 }
 
 impl Mover<'_> {
@@ -513,9 +524,11 @@ impl Mover<'_> {
         let (me, ranks) = (comm.rank(), comm.size());
         let raw = pattern.away(&pattern.counts(buf.len()), me, ranks, size_of::<T>());
         let Some(e) = encoded else {
-            let out = match pattern {
-                Pattern::AllToAll(c) => comm.all_to_all_v(b, buf, c)?.0,
-                Pattern::AllGather => comm.all_gather_v(b, buf)?.0,
+            let out = match (pattern, self.arrival) {
+                (Pattern::AllToAll(c), Arrival::RankOrder) => comm.all_to_all_v(b, buf, c)?.0,
+                (Pattern::AllToAll(c), Arrival::Any) => comm.all_to_all_v_any_order(b, buf, c)?.0,
+                (Pattern::AllGather, Arrival::RankOrder) => comm.all_gather_v(b, buf)?.0,
+                (Pattern::AllGather, Arrival::Any) => comm.all_gather_v_any_order(b, buf)?.0,
             };
             self.traffic.add(self.wire, index, raw, raw);
             return Ok(out);
@@ -554,12 +567,12 @@ fn rows_from<C: Communicator>(
 /// Moves `table` by `pattern`, every column raw or compressed as `wire` says (compressed
 /// columns are encoded first, and the ranks agree that all were, before any moves); every
 /// column moves even after one fails on this rank, so the ranks' collectives stay in step.
-/// Returns the rows received, in rank order, or the first error.
+/// Returns the rows received, in rank order or as `arrival` allows, or the first error.
 pub(crate) fn move_table<C, K>(
     comm: &C,
     b: &C::Backend,
     table: &Table<C::Backend, K>,
-    pattern: Pattern<'_>,
+    (pattern, arrival): (Pattern<'_>, Arrival),
     wire: &Wire,
     traffic: &mut Traffic,
 ) -> Result<Table<C::Backend, K>>
@@ -591,7 +604,18 @@ where
         (Vec::new(), Vec::new())
     };
     let enc = |i: usize| encoded.get(i).and_then(Option::as_ref);
-    let mut column = Mover { wire, traffic };
+    // Raw columns may arrive in any order only if every column is raw: decoded ones come in
+    // rank order.
+    let arrival = if wire.compresses() {
+        Arrival::RankOrder
+    } else {
+        arrival
+    };
+    let mut column = Mover {
+        wire,
+        traffic,
+        arrival,
+    };
     // Every column moves, whatever happened to the ones before (collectives stay in step).
     let keys = column.moved::<C, K>(comm, b, &table.keys, pattern, enc(0), &rows, 0);
     let payloads = (table.payloads.iter().enumerate())
