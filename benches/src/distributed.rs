@@ -723,6 +723,21 @@ fn report(
         )
         .detail("local algorithm", st.local.algorithm.name())
         .detail(
+            "rank 0 local phases",
+            format!(
+                "plan {:.3} / transform {:.3} / match {:.3} / materialize {:.3} ms{}",
+                st.local.phase_ms("plan"),
+                st.local.phase_ms("transform"),
+                st.local.phase_ms("match"),
+                st.local.phase_ms("materialize"),
+                if st.local.narrowed_keys {
+                    ", keys narrowed"
+                } else {
+                    ""
+                }
+            ),
+        )
+        .detail(
             "rank 0 local rows",
             format!("{} + {}", st.local_rows.0, st.local_rows.1),
         )

@@ -83,7 +83,7 @@ pub use hybrid::{
 };
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
-pub use probe::ProbeTable;
+pub use probe::{PartitionedProbe, ProbeTable};
 pub use sample::{SAMPLE_GROUP_ROWS, SampleGroup, SampleRuns, sample_row};
 pub use sequence::{
     ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,

@@ -317,6 +317,133 @@ pub(crate) fn partitioned_match<B: JoinBackend, K: Key>(
     }
 }
 
+/// How PHJ-OM partitions both sides: radix bits from the right side's rows, what a
+/// partition carries besides the keys (row ids with [`Layout::RowIds`]), and the build pieces'
+/// capacity.
+pub(crate) struct OmShape {
+    pub(crate) bits: Range<u32>,
+    row_ids: RowIds,
+    capacity: usize,
+}
+
+impl OmShape {
+    pub(crate) fn new<B: JoinBackend, K: Key>(b: &B, right_rows: usize, row_ids: bool) -> Self {
+        let capacity = b.build_capacity::<K>();
+        Self {
+            bits: 0..radix_bits::<K>(right_rows, capacity),
+            row_ids: if row_ids { RowIds::U32 } else { RowIds::None },
+            capacity,
+        }
+    }
+
+    /// `keys` partitioned with a side's carried words (their first column), and its second
+    /// carried column by a pass of its own ([`Carried::Two`]).
+    fn partition<B: JoinBackend, K: Key>(
+        &self,
+        b: &B,
+        keys: &B::Buf<K>,
+        carry: &Option<Carried<'_, B>>,
+    ) -> Result<(Partitioned<B, K>, Option<Column<B>>)> {
+        let first = carry
+            .as_ref()
+            .map_or(&[][..], |c| std::slice::from_ref(c.column()));
+        let parts = b.radix_partition(keys, first, self.bits.clone(), self.row_ids)?;
+        let second = carry
+            .as_ref()
+            .and_then(Carried::second)
+            .map(|c| partition_column(b, keys, c, self.bits.clone()))
+            .transpose()?;
+        Ok((parts, second))
+    }
+}
+
+/// One side of PHJ-OM in partitioned order: keys with carried words (or row ids), the second
+/// carried column, whether its carried words are two payloads interleaved (the match splits
+/// them), and its mixed keys in input order when it was partitioned on those.
+pub(crate) struct OmSide<B: Backend, K: Key> {
+    parts: Partitioned<B, K>,
+    second: Option<Column<B>>,
+    split: bool,
+    mixed: Option<B::Buf<K>>,
+}
+
+/// PHJ-OM's right side partitioned and cut into build pieces: on its keys, or, when some
+/// partition needs more than one piece, again on its mixed keys (the left sides matched with it
+/// are then partitioned on mixed keys too). Carries `carry` (its payloads) through.
+pub(crate) fn om_right<B: JoinBackend, K: Key>(
+    b: &B,
+    shape: &OmShape,
+    right: &B::Buf<K>,
+    carry: &[Column<B>],
+) -> Result<(OmSide<B, K>, Pieces<B>)> {
+    let words = Carried::of(b, carry)?;
+    let split = Carried::splits(carry);
+    let (parts, second) = shape.partition(b, right, &words)?;
+    let pieces = b.contiguous_pieces(&parts.offsets, shape.capacity)?;
+    if pieces.max_per_partition <= 1 {
+        let side = OmSide {
+            parts,
+            second,
+            split,
+            mixed: None,
+        };
+        return Ok((side, pieces));
+    }
+    drop((parts, second, pieces));
+    let mixed = b.mix_keys(right)?;
+    let (parts, second) = shape.partition(b, &mixed, &words)?;
+    let pieces = b.contiguous_pieces(&parts.offsets, shape.capacity)?;
+    let side = OmSide {
+        parts,
+        second,
+        split,
+        mixed: Some(mixed),
+    };
+    Ok((side, pieces))
+}
+
+/// A left side partitioned as `right` was (on mixed keys when it was), carrying `carry`.
+pub(crate) fn om_left<B: JoinBackend, K: Key>(
+    b: &B,
+    shape: &OmShape,
+    left: &B::Buf<K>,
+    carry: &[Column<B>],
+    right: &OmSide<B, K>,
+) -> Result<OmSide<B, K>> {
+    let words = Carried::of(b, carry)?;
+    let mixed = right.mixed.as_ref().map(|_| b.mix_keys(left)).transpose()?;
+    let (parts, second) = shape.partition(b, mixed.as_ref().unwrap_or(left), &words)?;
+    Ok(OmSide {
+        parts,
+        second,
+        split: Carried::splits(carry),
+        mixed,
+    })
+}
+
+/// The co-partition join of a partitioned left side with the right side's pieces: pairs of
+/// what each side carried (`payloads`: its payloads, else row ids or partitioned positions)
+/// and the left rows a semi, anti or outer join keeps.
+pub(crate) fn om_match<B: JoinBackend, K: Key>(
+    b: &B,
+    (left, right, right_pieces): (&OmSide<B, K>, &OmSide<B, K>, &Pieces<B>),
+    payloads: bool,
+    opts: &JoinOptions,
+    budget: &Budget,
+    left_rows: usize,
+) -> Result<Selected<B>> {
+    let left_pieces = b.contiguous_pieces(&left.parts.offsets, b.probe_chunk::<K>())?;
+    let probe = CoSide::new(&left.parts.keys, &left_pieces)
+        .with_ids(match_ids(&left.parts, payloads))
+        .with_split_words(left.split)
+        .with_second(left.second.as_ref());
+    let build = CoSide::new(&right.parts.keys, right_pieces)
+        .with_ids(match_ids(&right.parts, payloads))
+        .with_split_words(right.split)
+        .with_second(right.second.as_ref());
+    co_match(b, &probe, &build, opts, budget, left_rows)
+}
+
 /// PHJ-OM: stable radix partition (of the keys, or of the mixed keys when R's partitions come
 /// out unbalanced; carrying row ids, each side's first payload column, or all of its payloads
 /// as [`Layout`] says), co-partition join.
@@ -329,96 +456,33 @@ fn phj_om<B: JoinBackend, K: Key>(
     layout: Layout<'_, B>,
     budget: &Budget,
 ) -> Result<Matched<B, K>> {
-    let cap = b.build_capacity::<K>();
-    let chunk = b.probe_chunk::<K>();
-    let bits = 0..radix_bits::<K>(right.len(), cap);
-    let (row_ids, carry_l, carry_r) = match layout {
-        Layout::RowIds => (RowIds::U32, &[][..], &[][..]),
+    let shape = OmShape::new::<B, K>(b, right.len(), matches!(layout, Layout::RowIds));
+    let (carry_l, carry_r) = match layout {
+        Layout::RowIds => (&[][..], &[][..]),
         Layout::Positions { left, right } => (
-            RowIds::None,
             left.map_or(&[][..], std::slice::from_ref),
             right.map_or(&[][..], std::slice::from_ref),
         ),
-        Layout::Payloads { left, right } => (RowIds::None, left, right),
+        Layout::Payloads { left, right } => (left, right),
     };
     let payloads = matches!(layout, Layout::Payloads { .. });
-    // Whether a side's carried words are two payloads interleaved (the match splits them).
-    let (split_l, split_r) = (Carried::splits(carry_l), Carried::splits(carry_r));
-    let part = |keys: &B::Buf<K>, carry: &Option<Carried<'_, B>>| {
-        b.radix_partition(
-            keys,
-            carry
-                .as_ref()
-                .map_or(&[][..], |c| std::slice::from_ref(c.column())),
-            bits.clone(),
-            row_ids,
-        )
-    };
-    // A side's second carried column in partitioned order (Carried::Two), by its own pass.
-    let second = |keys: &B::Buf<K>, carry: &Option<Carried<'_, B>>| {
-        carry
-            .as_ref()
-            .and_then(Carried::second)
-            .map(|c| partition_column(b, keys, c, bits.clone()))
-            .transpose()
-    };
-    // The left side, partitioned on `keys` with its carried words.
-    let part_left = |keys: &B::Buf<K>| {
-        let words_l = Carried::of(b, carry_l)?;
-        Ok::<_, Error>((part(keys, &words_l)?, second(keys, &words_l)?))
-    };
-    let (pl, pr, rp, mixed, (second_l, second_r)) = ph.run("transform", || {
-        let words_r = Carried::of(b, carry_r)?;
-        let pr = part(right, &words_r)?;
-        let rp = b.contiguous_pieces(&pr.offsets, cap)?;
-        if rp.max_per_partition <= 1 {
-            let sr = second(right, &words_r)?;
-            drop(words_r);
-            let (pl, sl) = part_left(left)?;
-            return Ok((pl, pr, rp, None, (sl, sr)));
-        }
-        drop((pr, rp));
-        let mr = b.mix_keys(right)?;
-        let pr = part(&mr, &words_r)?;
-        let sr = second(&mr, &words_r)?;
-        drop(words_r);
-        let rp = b.contiguous_pieces(&pr.offsets, cap)?;
-        let ml = b.mix_keys(left)?;
-        let (pl, sl) = part_left(&ml)?;
-        Ok((pl, pr, rp, Some((ml, mr)), (sl, sr)))
+    let (pl, pr, rp) = ph.run("transform", || {
+        let (pr, rp) = om_right(b, &shape, right, carry_r)?;
+        let pl = om_left(b, &shape, left, carry_l, &pr)?;
+        Ok((pl, pr, rp))
     })?;
     let (pairs, left_only) = ph.run("match", || {
-        let lp = b.contiguous_pieces(&pl.offsets, chunk)?;
-        let probe = CoSide::new(&pl.keys, &lp)
-            .with_ids(match_ids(&pl, payloads))
-            .with_split_words(split_l)
-            .with_second(second_l.as_ref());
-        let build = CoSide::new(&pr.keys, &rp)
-            .with_ids(match_ids(&pr, payloads))
-            .with_split_words(split_r)
-            .with_second(second_r.as_ref());
-        co_match(b, &probe, &build, opts, budget, left.len())
+        om_match(b, (&pl, &pr, &rp), payloads, opts, budget, left.len())
     })?;
     let partitioned = match layout {
         Layout::RowIds | Layout::Payloads { .. } => None,
         Layout::Positions { .. } => {
-            let (mut pl, mut pr) = (pl, pr);
-            let (ml, mr) = match mixed {
-                Some((l, r)) => (Some(l), Some(r)),
-                None => (None, None),
+            let side = |mut s: OmSide<B, K>| PartitionedSide {
+                mixed: s.mixed,
+                first: s.parts.payloads.pop(),
+                bits: shape.bits.clone(),
             };
-            Some((
-                PartitionedSide {
-                    mixed: ml,
-                    first: pl.payloads.pop(),
-                    bits: bits.clone(),
-                },
-                PartitionedSide {
-                    mixed: mr,
-                    first: pr.payloads.pop(),
-                    bits,
-                },
-            ))
+            Some((side(pl), side(pr)))
         }
     };
     let (pairs, columns) = if payloads {

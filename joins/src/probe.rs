@@ -7,15 +7,19 @@
 //! left side cut into chunks and probed chunk by chunk gives, concatenated, the join of the
 //! whole left side (as a multiset; left row ids are the chunk's own).
 
-use joinkit_cuda::{Backend, Buffer, Key, Result};
+use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result};
 use joinkit_hashtable::HashTable;
 
 use crate::chunk::Budget;
+use crate::copart::Pieces;
 use crate::join::{
     Phases, assemble_rows, begin_join, build_right_table, check_rows, hash_join_algorithm,
     materialize, stats, table_match,
 };
-use crate::{Algorithm, JoinBackend, JoinOptions, JoinStats, Materialized, RowPairs, Table};
+use crate::phj::{Layout, OmShape, OmSide, om_left, om_match, om_right};
+use crate::{
+    Algorithm, JoinBackend, JoinKind, JoinOptions, JoinStats, Materialized, RowPairs, Table,
+};
 
 /// A hash table on a right table's keys (NPHJ-open or NPHJ-chained, as
 /// [`JoinOptions::algorithm`] says; [`Algorithm::Auto`] builds NPHJ-open), kept on the backend
@@ -154,6 +158,160 @@ impl<B: JoinBackend + Backend, K: Key> std::fmt::Debug for ProbeTable<'_, B, K> 
         f.debug_struct("ProbeTable")
             .field("algorithm", &self.algorithm)
             .field("kind", &self.opts.kind)
+            .field("right_rows", &self.right.len())
+            .finish()
+    }
+}
+
+/// A right side partitioned once as PHJ-OM partitions it (radix partition, build pieces cut),
+/// probed by left chunks that are each partitioned alike and joined co-partition by
+/// co-partition ([`PartitionedProbe::probe_columns`]). Where the right side is far larger than
+/// the L2 cache, every probe of a [`ProbeTable`] is a miss; here each co-partition's build piece
+/// is a small table in shared memory, as in the whole PHJ-OM join, and the right side's
+/// partition is paid once, not once a chunk. The pipelined distributed join probes its chunks
+/// with it.
+///
+/// Inner joins whose payloads the match writes itself ([`PartitionedProbe::supports`]: one
+/// `u32` or `u64` payload column a side, two `u32` or two `u64`), the shape of row ids and of
+/// narrow joins; other joins take a [`ProbeTable`] or [`crate::join_columns`] per chunk.
+///
+/// ```
+/// use joinkit::{JoinKind, JoinOptions, PartitionedProbe, Table};
+/// use joinkit_cuda::{Backend, Column, CpuBackend};
+/// let cpu = CpuBackend::new();
+/// let right = Table::new(cpu.upload(&[1u64, 5, 3])?, vec![Column::U64(cpu.upload(&[10, 50, 30])?)])?;
+/// let opts = JoinOptions::new(JoinKind::Inner);
+/// let probe = PartitionedProbe::build(&cpu, &right, &opts)?;
+/// let mut total = 0;
+/// for chunk in [[3u64, 1], [4, 1]] {
+///     let left = Table::new(cpu.upload(&chunk)?, vec![Column::U64(cpu.upload(&[7, 8])?)])?;
+///     let (out, _) = probe.probe_columns(&left)?;
+///     total += out.rows;
+/// }
+/// assert_eq!(total, 3);
+/// # Ok::<(), joinkit::Error>(())
+/// ```
+pub struct PartitionedProbe<'r, B: JoinBackend, K: Key> {
+    backend: B,
+    right: &'r Table<B, K>,
+    opts: JoinOptions,
+    shape: OmShape,
+    side: OmSide<B, K>,
+    pieces: Pieces<B>,
+    build: JoinStats,
+}
+
+impl<'r, B: JoinBackend, K: Key> PartitionedProbe<'r, B, K> {
+    /// Whether a join of `opts` between sides of these payload columns can be probed this way.
+    pub fn supports(opts: &JoinOptions, left: &[Column<B>], right: &[Column<B>]) -> bool {
+        opts.kind == JoinKind::Inner && Layout::carries_all(left) && Layout::carries_all(right)
+    }
+
+    /// Partitions `right` (keys and payloads) for probes with `opts`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a join other than an inner join or payloads the match
+    /// does not carry ([`PartitionedProbe::supports`]); [`Error::SizeOverflow`] for a right
+    /// side of 2^32 - 1 rows or more; [`Error::LengthMismatch`] for a payload of another
+    /// length than the keys; allocation and driver errors.
+    pub fn build(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<Self> {
+        if opts.kind != JoinKind::Inner || !Layout::carries_all(&right.payloads) {
+            return Err(unsupported());
+        }
+        right.check()?;
+        check_rows(right.len())?;
+        begin_join(b)?;
+        let mut ph = Phases::new(b);
+        let shape = OmShape::new::<B, K>(b, right.len(), false);
+        let (side, pieces) = ph.run("transform", || {
+            om_right(b, &shape, &right.keys, &right.payloads)
+        })?;
+        let build = stats(b, Algorithm::PhjOm, opts, 0, right.len(), 0, &ph);
+        Ok(Self {
+            backend: b.clone(),
+            right,
+            opts: *opts,
+            shape,
+            side,
+            pieces,
+            build,
+        })
+    }
+
+    /// The build's statistics: its `transform` phase, the right rows, peak memory so far.
+    pub fn build_stats(&self) -> &JoinStats {
+        &self.build
+    }
+
+    /// The right table the probes join with.
+    pub fn right(&self) -> &'r Table<B, K> {
+        self.right
+    }
+
+    /// The join of the `left` chunk with the right side as payload columns, as
+    /// [`crate::join_columns`] gives them (rows in no particular order).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for left payloads the match does not carry;
+    /// [`Error::OutputOverBudget`] when this chunk's output would pass
+    /// [`JoinOptions::memory_budget`]; [`Error::DuplicateKey`] when `right_unique` was promised
+    /// and broken; [`Error::LengthMismatch`], [`Error::SizeOverflow`] as
+    /// [`crate::join_columns`]; allocation and driver errors.
+    pub fn probe_columns(&self, left: &Table<B, K>) -> Result<(Materialized<B>, JoinStats)> {
+        let b = &self.backend;
+        if !Layout::carries_all(&left.payloads) {
+            return Err(unsupported());
+        }
+        left.check()?;
+        check_rows(left.len())?;
+        let mut ph = Phases::new(b);
+        let budget = Budget::columns(&self.opts, &left.payloads, &self.right.payloads);
+        let pl = ph.run("transform", || {
+            om_left(b, &self.shape, &left.keys, &left.payloads, &self.side)
+        })?;
+        let (pairs, _) = ph.run("match", || {
+            om_match(
+                b,
+                (&pl, &self.side, &self.pieces),
+                true,
+                &self.opts,
+                &budget,
+                left.len(),
+            )
+        })?;
+        let (l, r) = pairs.ok_or_else(|| Error::Corrupt("an inner join without pairs".into()))?;
+        let rows = l.first().map_or(0, |c| c.len() as u64);
+        let out = Materialized {
+            left: l,
+            right: r,
+            right_valid: None,
+            rows,
+        };
+        let st = stats(
+            b,
+            Algorithm::PhjOm,
+            &self.opts,
+            left.len(),
+            self.right.len(),
+            rows,
+            &ph,
+        );
+        Ok((out, st))
+    }
+}
+
+fn unsupported() -> Error {
+    Error::InvalidArgument(
+        "a partitioned probe joins inner joins of one u32/u64 payload column a side, two u32 or \
+         two u64 (PartitionedProbe::supports)"
+            .into(),
+    )
+}
+
+impl<B: JoinBackend + Backend, K: Key> std::fmt::Debug for PartitionedProbe<'_, B, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionedProbe")
+            .field("radix_bits", &self.shape.bits)
             .field("right_rows", &self.right.len())
             .finish()
     }

@@ -19,7 +19,8 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::Instant;
 
 use joinkit::{
-    Algorithm, JoinBackend, JoinOptions, JoinStats, Materialized, ProbeTable, Table, join_columns,
+    Algorithm, JoinBackend, JoinOptions, JoinStats, Materialized, PartitionedProbe, ProbeTable,
+    Table, join_columns,
 };
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error, Key, Result};
@@ -148,10 +149,19 @@ fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
     a.peak_memory_bytes = a.peak_memory_bytes.max(s.peak_memory_bytes);
 }
 
-/// What probes the chunks: a hash table on the whole right side built once
-/// ([`ProbeTable`]: [`Algorithm::Auto`] or a non-partitioned hash join), or, for another local
-/// algorithm the caller named, that algorithm per chunk against the whole right side.
+/// Right sides from which [`Algorithm::Auto`] probes chunks against a partitioned right side
+/// ([`PartitionedProbe`]) rather than a hash table of it ([`ProbeTable`]): 2^22 rows are 32 MiB
+/// of 8-byte keys, about the L2 cache of an H100/H200, past which every probe of a table misses
+/// it (4 H200s, 2^28 right rows a rank: a table probed by chunks was 4× slower than PHJ-OM).
+pub(crate) const PARTITIONED_PROBE_ROWS: usize = 1 << 22;
+
+/// What probes the chunks: the right side partitioned once ([`PartitionedProbe`]: PHJ-OM, or
+/// [`Algorithm::Auto`] on a large right side, for the joins it supports), a hash table on the
+/// whole right side built once ([`ProbeTable`]: a non-partitioned hash join, or `Auto`
+/// otherwise), or, for another local algorithm the caller named, that algorithm per chunk
+/// against the whole right side.
 enum Prober<'r, B: JoinBackend, K: Key> {
+    Partitioned(PartitionedProbe<'r, B, K>),
     Table(ProbeTable<'r, B, K>),
     Each {
         b: B,
@@ -161,8 +171,25 @@ enum Prober<'r, B: JoinBackend, K: Key> {
 }
 
 impl<'r, B: JoinBackend, K: Key> Prober<'r, B, K> {
-    /// The prober, with the table's build statistics where one was built.
-    fn new(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<(Self, Option<JoinStats>)> {
+    /// The prober, with its build statistics where it built something (`partitionable`:
+    /// whether [`PartitionedProbe::supports`] the join).
+    fn new(
+        b: &B,
+        right: &'r Table<B, K>,
+        partitionable: bool,
+        opts: &JoinOptions,
+    ) -> Result<(Self, Option<JoinStats>)> {
+        let partitioned = partitionable
+            && match opts.algorithm {
+                Algorithm::PhjOm => true,
+                Algorithm::Auto => right.len() >= PARTITIONED_PROBE_ROWS,
+                _ => false,
+            };
+        if partitioned {
+            let p = PartitionedProbe::build(b, right, opts)?;
+            let build = p.build_stats().clone();
+            return Ok((Self::Partitioned(p), Some(build)));
+        }
         match opts.algorithm {
             Algorithm::Auto | Algorithm::NphjOpen | Algorithm::NphjChained => {
                 let table = ProbeTable::build(b, right, opts)?;
@@ -182,6 +209,7 @@ impl<'r, B: JoinBackend, K: Key> Prober<'r, B, K> {
 
     fn probe(&self, left: &Table<B, K>) -> Result<(Materialized<B>, JoinStats)> {
         match self {
+            Self::Partitioned(p) => p.probe_columns(left),
             Self::Table(t) => t.probe_columns(left),
             Self::Each { b, right, opts } => join_columns(b, left, right, opts),
         }
@@ -265,6 +293,8 @@ where
         right,
         chunks,
     } = p;
+    let partitionable =
+        PartitionedProbe::<C::Backend, K>::supports(opts, &left.payloads, &right.payloads);
     let failed = AtomicBool::new(false);
     let wall_start = clock.now();
     let start = clock.start;
@@ -274,7 +304,9 @@ where
         let worker = std::thread::Builder::new()
             .name(format!("rank-{}-probe", comm.rank()))
             .stack_size(PROBE_STACK_BYTES)
-            .spawn_scoped(s, || probe_lane(b, right, kept, rx, opts, start, &failed));
+            .spawn_scoped(s, || {
+                probe_lane(b, (right, partitionable), kept, rx, opts, start, &failed)
+            });
         let outcome = (|| {
             // This rank's failure not yet told to the others: said at the next agreement.
             let mut pending = worker.as_ref().map(drop).map_err(|e| {
@@ -380,7 +412,7 @@ struct Lane<B: Backend> {
 /// stream). Sets `failed` when it fails, so the communication lane says so to the others.
 fn probe_lane<B: JoinBackend + SideStream, K: Key>(
     b: &B,
-    right: &Table<B, K>,
+    (right, partitionable): (&Table<B, K>, bool),
     kept: Option<Table<B, K>>,
     chunks: Receiver<(usize, Table<B, K>)>,
     opts: &JoinOptions,
@@ -404,7 +436,7 @@ fn probe_lane<B: JoinBackend + SideStream, K: Key>(
     let r = (|| {
         b.enter()?;
         let t = ms_since(start);
-        let (prober, build) = Prober::new(b, right, opts)?;
+        let (prober, build) = Prober::new(b, right, partitionable, opts)?;
         if let Some(build) = build {
             add_stats(&mut lane.stats, build);
         }

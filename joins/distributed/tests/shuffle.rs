@@ -4,7 +4,7 @@
 
 mod common;
 
-use joinkit::{JoinKind, JoinOptions, Table};
+use joinkit::{Algorithm, JoinKind, JoinOptions, Table};
 use joinkit_comm::{CommConfig, Communicator, LocalWorld};
 use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend, Column, CpuBackend, Error};
@@ -258,11 +258,19 @@ fn pipelines_equal_blocking<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync)
         for (left, right) in [(&left[..], &right[..]), (&tiny[..], &tiny[..])] {
             let blocking = inner().shuffle(shuffle);
             let (want, _) = join(ranks, left, right, &blocking, open);
-            for chunks in 1..=7 {
+            // Auto probes these small right sides with a hash table, PHJ-OM with the right
+            // side partitioned once (PartitionedProbe).
+            for (chunks, algorithm) in
+                (1..=7).flat_map(|c| [(c, Algorithm::Auto), (c, Algorithm::PhjOm)])
+            {
                 for compress in [Compression::Off, Compression::On] {
-                    let opts = blocking.pipeline_chunks(chunks).compress(compress);
+                    let mut opts = blocking.pipeline_chunks(chunks).compress(compress);
+                    opts.join = opts.join.algorithm(algorithm);
                     let (got, stats) = join(ranks, left, right, &opts, open);
-                    assert_eq!(got, want, "{ranks} ranks, {shuffle:?}, {chunks} chunks");
+                    assert_eq!(
+                        got, want,
+                        "{ranks} ranks, {shuffle:?}, {chunks} chunks, {algorithm}"
+                    );
                     for s in &stats {
                         let Some(p) = &s.pipeline else {
                             assert_eq!(chunks, 1);
