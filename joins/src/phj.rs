@@ -343,7 +343,7 @@ impl OmShape {
         b: &B,
         keys: &B::Buf<K>,
         carry: &Option<Carried<'_, B>>,
-    ) -> Result<(Partitioned<B, K>, Option<Column<B>>)> {
+    ) -> Result<PartitionedWords<B, K>> {
         let first = carry
             .as_ref()
             .map_or(&[][..], |c| std::slice::from_ref(c.column()));
@@ -356,6 +356,9 @@ impl OmShape {
         Ok((parts, second))
     }
 }
+
+/// A side's keys partitioned with its carried words, and its second carried column.
+type PartitionedWords<B, K> = (Partitioned<B, K>, Option<Column<B>>);
 
 /// One side of PHJ-OM in partitioned order: keys with carried words (or row ids), the second
 /// carried column, whether its carried words are two payloads interleaved (the match splits
