@@ -32,8 +32,8 @@ use joinkit::{
     output_row_bytes,
 };
 use joinkit_cuda::{
-    Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, each_column, map_column,
-    with_backend,
+    Backend, CpuBackend, Device, DeviceKind, Element, Error, Key, bit_cast_slice, bit_cast_vec,
+    each_column, map_column, with_backend,
 };
 use joinkit_datagen as datagen;
 use rayon::prelude::*;
@@ -41,6 +41,7 @@ use rayon::prelude::*;
 use crate::error::{BenchError, Result};
 use crate::files::{self, Codec, Format, HostTable};
 use crate::measure::{self, Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
+use crate::opening::Opening;
 use crate::plot::PlotSpec;
 use crate::report::Row;
 use crate::stream::{self, Inputs, StreamBench};
@@ -266,7 +267,15 @@ pub(crate) fn parse_algorithm(s: &str) -> std::result::Result<Algorithm, String>
     })
 }
 
-pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
+impl JoinArgs {
+    /// Whether the arguments join two files (rather than a generated workload).
+    pub(crate) fn joins_files(&self) -> bool {
+        self.left.is_some() && self.right.is_some() && self.on.is_some()
+    }
+}
+
+/// Runs `join`: the device is waited for first, but by a join of files, after reading them.
+pub(crate) fn run(device: &Opening, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
     let mut algorithms = args.algorithm.clone();
     if args.gpu_memory.is_none()
         && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some() || args.hybrid_timeline)
@@ -301,6 +310,7 @@ pub(crate) fn run(device: &Device, args: &JoinArgs, ctx: &mut Ctx) -> Result<()>
             ctx,
         );
     }
+    let device = ctx.device(device)?;
     if args.inputs != Inputs::Device {
         return streamed(device, args, &algorithms, ctx);
     }
@@ -408,9 +418,10 @@ fn with_stats(mut row: Row, requested: Algorithm, st: &JoinStats) -> Row {
         .detail("narrowed keys", if st.narrowed_keys { "yes" } else { "no" })
 }
 
-/// Joins two files on their key columns and writes the result (see the module's docs).
+/// Joins two files on their key columns and writes the result (see the module's docs). The
+/// device opens while the files are read.
 fn join_files(
-    device: &Device,
+    device: &Opening,
     (left, right, on): (&PathBuf, &PathBuf, &str),
     out: Option<(&std::path::Path, Format)>,
     (opts, keep_both_keys): (&JoinOptions, bool),
@@ -424,6 +435,10 @@ fn join_files(
     };
     let (mut left, mut right) = (read(left)?, read(right)?);
     let read_ms = ms(started);
+    // What of the device's opening the reading did not cover.
+    let waited = Instant::now();
+    let device = ctx.device(device)?;
+    let device_wait_ms = ms(waited);
     ctx.report.step("joining");
     let (li, ri) = (left.find(lk.trim())?, right.find(rk.trim())?);
     let (lt, rt) = (left.fields[li].data_type(), right.fields[ri].data_type());
@@ -462,7 +477,8 @@ fn join_files(
             .with("right rows", right_rows)
             .with("read ms", read_ms)
             .with("join step ms", join_step_ms)
-            .with_opt("write ms", write_ms),
+            .with_opt("write ms", write_ms)
+            .detail("device wait ms", device_wait_ms),
         opts.algorithm,
         &st,
     ));
@@ -487,19 +503,27 @@ fn join_tables<B: JoinBackend, K: Key>(
     ctx: &mut Ctx,
 ) -> joinkit_cuda::Result<Output> {
     // The file's columns move into the backend's buffers (the CPU's keep them as they are);
-    // the key is converted once, in parallel; a dropped column is not moved (nor gathered).
+    // a dropped column is not moved (nor gathered). The key is handed over bit for bit (see
+    // `keys_of`), moved in where it is dropped as a payload (the right key, but with
+    // --keep-both-keys).
     let table = |t: &mut HostTable,
                  key: usize,
                  dropped: Option<usize>|
      -> joinkit_cuda::Result<Table<B, K>> {
-        let keys: Vec<K> = each_column!(&t.columns[key], c => c.par_iter().map(|x| K::from_u64(x.to_bits())).collect());
-        let payloads = std::mem::take(&mut t.columns)
+        let mut columns = std::mem::take(&mut t.columns);
+        let moved = dropped == Some(key);
+        let keys = if moved {
+            each_column!(columns.remove(key), c => keys_moved::<B, _, K>(b, c))?
+        } else {
+            each_column!(&columns[key], c => keys_of::<B, _, K>(b, c.as_slice()))?
+        };
+        let payloads = columns
             .into_iter()
             .enumerate()
-            .filter(|&(i, _)| Some(i) != dropped)
+            .filter(|&(i, _)| moved || Some(i) != dropped)
             .map(|(_, c)| Ok(map_column!(c, c, T => b.upload_owned::<T>(c)?)))
             .collect::<joinkit_cuda::Result<Vec<_>>>()?;
-        Table::new(b.upload_owned(keys)?, payloads)
+        Table::new(keys, payloads)
     };
     let (l, r) = (table(left, li, None)?, table(right, ri, dropped)?);
     let (m, st) = median_run(|| join_columns(b, &l, &r, opts), ctx.runs_or(0, 1))?;
@@ -535,6 +559,26 @@ fn join_tables<B: JoinBackend, K: Key>(
         columns.push(files::to_arrow(down(c)?, nulls.clone()));
     }
     Ok((fields, columns, st))
+}
+
+/// A key column of `T` as keys of `K` on `b`. Where the widths agree (always, for a join of
+/// files: the key type follows the column's width) the column is handed over bit for bit, the
+/// bit cast joinkit keys signed columns by, with no converted copy on the host (a GPU uploads
+/// it straight from the column); otherwise it is converted in parallel.
+fn keys_of<B: Backend, T: Element, K: Key>(b: &B, c: &[T]) -> joinkit_cuda::Result<B::Buf<K>> {
+    match bit_cast_slice::<T, K>(c) {
+        Some(keys) => b.upload(keys),
+        None => b.upload_owned(c.par_iter().map(|x| K::from_u64(x.to_bits())).collect()),
+    }
+}
+
+/// [`keys_of`] of a column that is not needed afterwards: where the widths agree it becomes the
+/// keys in place (the CPU backend keeps it without any copy).
+fn keys_moved<B: Backend, T: Element, K: Key>(b: &B, c: Vec<T>) -> joinkit_cuda::Result<B::Buf<K>> {
+    match bit_cast_vec::<T, K>(c) {
+        Ok(keys) => b.upload_owned(keys),
+        Err(c) => keys_of(b, &c),
+    }
 }
 
 /// A workload side without rows (a join of nothing measures nothing).

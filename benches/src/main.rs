@@ -12,6 +12,7 @@ mod hashtable;
 mod join;
 mod launcher;
 mod measure;
+mod opening;
 mod partition;
 mod plot;
 mod report;
@@ -27,10 +28,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use joinkit_cuda::Device;
 
 use crate::error::{BenchError, Result};
 use crate::measure::{CopyCache, Ctx};
+use crate::opening::Opening;
 use crate::plot::PlotSpec;
 use crate::report::Report;
 use crate::sweep::Axis;
@@ -163,19 +164,26 @@ impl Command {
         }
     }
 
-    fn run(&self, device: &Device, ctx: &mut Ctx) -> Result<()> {
+    /// Runs the subcommand on `device` (waited for first, but by a join of files, which
+    /// reads its files meanwhile).
+    fn run(&self, device: &Opening, ctx: &mut Ctx) -> Result<()> {
         match self {
-            Command::Smoke(args) => Ok(smoke::run(device, args, ctx)?),
-            Command::Gather(args) => Ok(gather::run(device, args, ctx)?),
-            Command::Sort(args) => Ok(sort::run(device, args, ctx)?),
-            Command::Codec(args) => Ok(codec::run(device, args, ctx)?),
-            Command::Partition(args) => Ok(partition::run(device, args, ctx)?),
-            Command::Hashtable(args) => Ok(hashtable::run(device, args, ctx)?),
+            Command::Smoke(args) => Ok(smoke::run(ctx.device(device)?, args, ctx)?),
+            Command::Gather(args) => Ok(gather::run(ctx.device(device)?, args, ctx)?),
+            Command::Sort(args) => Ok(sort::run(ctx.device(device)?, args, ctx)?),
+            Command::Codec(args) => Ok(codec::run(ctx.device(device)?, args, ctx)?),
+            Command::Partition(args) => Ok(partition::run(ctx.device(device)?, args, ctx)?),
+            Command::Hashtable(args) => Ok(hashtable::run(ctx.device(device)?, args, ctx)?),
             Command::Join(args) => join::run(device, args, ctx),
-            Command::Sequence(args) => sequence::run(device, args, ctx),
-            Command::Distributed(args) => distributed::run(device, args, ctx),
-            Command::TpchQ4(args) => tpch_q4::run(device, args, ctx),
+            Command::Sequence(args) => sequence::run(ctx.device(device)?, args, ctx),
+            Command::Distributed(args) => distributed::run(ctx.device(device)?, args, ctx),
+            Command::TpchQ4(args) => tpch_q4::run(ctx.device(device)?, args, ctx),
         }
+    }
+
+    /// Whether this is a join of files (whose device opens while it reads them).
+    fn joins_files(&self) -> bool {
+        matches!(self, Command::Join(args) if args.joins_files())
     }
 }
 
@@ -240,29 +248,35 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
             Ok((p, c))
         })
         .collect::<Result<Vec<_>>>()?;
-    // Open every run's device before the first starts too (`on`: each run's, by index).
-    let mut devices: Vec<(&Option<String>, Device)> = Vec::new();
+    // Open every run's device before the first starts too (`on`: each run's, by index), each
+    // on a thread of its own; a join of files starts reading while its first device opens.
+    let mut devices: Vec<(&Option<String>, Opening)> = Vec::new();
     let mut on = Vec::with_capacity(runs.len());
     for (_, c) in &runs {
         let spec = &c.common.device;
         let i = match devices.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,
             None => {
-                let d = match spec {
-                    Some(s) => Device::from_spec(s)?,
-                    None => Device::best(),
-                };
-                devices.push((spec, d));
+                devices.push((spec, Opening::start(spec.clone())));
                 devices.len() - 1
             }
         };
         on.push(i);
     }
+    let first_reads_files = runs
+        .first()
+        .and_then(|(_, c)| c.command.as_ref())
+        .is_some_and(Command::joins_files);
+    for (i, (_, d)) in devices.iter().enumerate() {
+        if !(first_reads_files && on.first() == Some(&i)) {
+            d.get()?;
+        }
+    }
 
     let mut report = Report::new(command.name(), command_line(&argv), runs.len());
     let mut copies = CopyCache::new();
-    let mut run_point = |point: &sweep::Point, c: &Cli, d: &Device| -> Result<()> {
-        report.start_point(&point.label, point.values.clone(), d.describe());
+    let mut run_point = |point: &sweep::Point, c: &Cli, d: &Opening| -> Result<()> {
+        report.start_point(&point.label, point.values.clone());
         let mut ctx = Ctx {
             repeat: c.common.repeat,
             warmup: c.common.warmup,

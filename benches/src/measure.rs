@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use joinkit_cuda::{Backend, Buffer, Result};
+use joinkit_cuda::{Backend, Buffer, Device, Result};
 
+use crate::opening::Opening;
 use crate::report::Report;
 
 /// Copy bandwidths measured in a run, by device description and size.
@@ -21,6 +22,18 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The run's device, waiting for it to open, and named in the report: every subcommand
+    /// calls this before its first row (a join of files after reading its files, which the
+    /// opening overlaps).
+    ///
+    /// # Errors
+    /// Why the device could not be opened.
+    pub(crate) fn device<'d>(&mut self, opening: &'d Opening) -> Result<&'d Device> {
+        let device = opening.get()?;
+        self.report.on_device(device.describe());
+        Ok(device)
+    }
+
     /// [`copy_bandwidth`] of `b` over `elements`, measured once per device and size in a run.
     pub(crate) fn copy_bandwidth<B: Backend>(
         &mut self,

@@ -223,14 +223,18 @@ impl Report {
         }
     }
 
-    /// Starts the next run: the sweep point's axis values (added to each of its rows) and
-    /// the device it runs on.
-    pub(crate) fn start_point(&mut self, label: &str, point: Vec<(String, Value)>, device: String) {
+    /// Starts the next run: the sweep point's axis values (added to each of its rows).
+    pub(crate) fn start_point(&mut self, label: &str, point: Vec<(String, Value)>) {
         self.bar.set_message(label.to_string());
         self.point = point;
+        self.show_bar_when_slow();
+    }
+
+    /// Names the device the current run's rows come from (once it is open: a join of files
+    /// reads its files first).
+    pub(crate) fn on_device(&mut self, device: String) {
         self.note(format!("device: {device}"));
         self.device = device;
-        self.show_bar_when_slow();
     }
 
     /// Names the step the run is at (reading, joining, writing a file) on the bar, which
@@ -484,7 +488,8 @@ mod tests {
     #[test]
     fn tables_align_and_json_keeps_every_field() {
         let mut r = Report::new("t", "joinkit-bench t".into(), 1);
-        r.start_point("", vec![("r".into(), Value::Int(4))], "CPU".into());
+        r.start_point("", vec![("r".into(), Value::Int(4))]);
+        r.on_device("CPU".into());
         r.row(
             Row::new("t")
                 .with("algorithm", "A")
@@ -508,7 +513,8 @@ mod tests {
     fn a_swept_device_keeps_the_description_in_json() {
         let mut r = Report::new("t", "joinkit-bench t".into(), 1);
         let axis = vec![("device".into(), Value::parse("cpu"))];
-        r.start_point("device=cpu", axis, "CPU (2 rayon threads)".into());
+        r.start_point("device=cpu", axis);
+        r.on_device("CPU (2 rayon threads)".into());
         r.row(Row::new("t").with("ms", 1.5));
         assert!(r.render("t").contains("cpu"), "the axis is a column");
         let line = r.json_lines();

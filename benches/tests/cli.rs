@@ -356,6 +356,18 @@ fn round_trip<K: Key>(
     assert!(!want.is_empty(), "{name}: the test joins nothing");
     assert_eq!(rows, want, "{name}");
     assert!(text(&o.stdout).contains("wrote"), "{name}");
+    // The device opened while the files were read; the row names it and says how long the
+    // join still waited for it.
+    let row = &json_rows(&d, "join")[0];
+    let described = if device == "cpu" { "CPU" } else { "cuda:" };
+    assert!(
+        row["device"].as_str().unwrap().starts_with(described),
+        "{name}: {row}"
+    );
+    assert!(
+        row["device wait ms"].as_f64().unwrap() >= 0.0,
+        "{name}: {row}"
+    );
     out
 }
 
@@ -621,6 +633,11 @@ fn bad_inputs_are_one_line_errors() {
         &RecordBatch::try_new(Arc::new(schema), vec![with_null]).unwrap(),
     );
     fails(&join(&d, (&nulls, &rp, "k"), &[]), "column \"k\" has nulls");
+    // A join of files opens its device while reading: a bad one still fails in one line.
+    fails(
+        &join(&d, (&lp, &rp, "k"), &["--device", "tpu"]),
+        "unknown device \"tpu\"",
+    );
 
     let o = Command::new(binary())
         .args(["--device", "tpu", "smoke"])

@@ -1,6 +1,7 @@
 //! The CPU backend: columns are `Vec`s, work runs on rayon's thread pool. It is the default where
 //! no GPU is present and the oracle the CUDA backend is tested against.
 
+use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -59,12 +60,37 @@ fn huge_pages<T>(_: &Vec<T>) {}
 /// # Errors
 /// [`Error::LengthMismatch`] when the lengths differ.
 pub fn copy_parallel<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) -> Result<()> {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and the copy writes only initialized values
+    // (`src`'s), so `dst` stays initialized.
+    let dst = unsafe { &mut *(dst as *mut [T] as *mut [MaybeUninit<T>]) };
+    copy_parallel_uninit(dst, src)
+}
+
+/// [`copy_parallel`] into memory that may be uninitialized, such as a fresh vector's spare
+/// capacity: every element of `dst` is written (it is all initialized afterwards), each piece
+/// by the thread that copies it. Why: writing a fresh allocation is mostly page faults, and
+/// here they are taken by every thread of the pool instead of by one thread zero-filling the
+/// vector first (which also writes every byte twice).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when the lengths differ (then nothing is written).
+pub fn copy_parallel_uninit<T: Copy + Send + Sync>(
+    dst: &mut [MaybeUninit<T>],
+    src: &[T],
+) -> Result<()> {
     const PIECE_BYTES: usize = 1 << 20;
     Error::check_len("parallel copy", src.len(), dst.len())?;
     let piece = (PIECE_BYTES / size_of::<T>().max(1)).max(1);
     dst.par_chunks_mut(piece)
         .zip(src.par_chunks(piece))
-        .for_each(|(d, s)| d.copy_from_slice(s));
+        .for_each(|(d, s)| {
+            // SAFETY: `d` and `s` are pieces of equal length (equal-length slices cut at the
+            // same size), `MaybeUninit<T>` has `T`'s layout, and a `&mut` and a `&` never
+            // overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<T>(), s.len())
+            }
+        });
     Ok(())
 }
 
@@ -184,4 +210,36 @@ impl Backend for CpuBackend {
     }
 
     fn reset_peak_memory(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+
+    use super::{copy_parallel, copy_parallel_uninit};
+    use crate::Error;
+
+    /// Both copies write every element, across piece boundaries, and refuse other lengths
+    /// without writing.
+    #[test]
+    fn parallel_copies_write_everything() {
+        for n in [0usize, 1, (1 << 18) - 1, (1 << 18) + 5, 3 << 18] {
+            let src: Vec<u32> = (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect();
+            let mut dst = vec![0u32; n];
+            copy_parallel(&mut dst, &src).unwrap();
+            assert_eq!(dst, src, "n={n}");
+            let mut fresh: Vec<u32> = Vec::with_capacity(n);
+            copy_parallel_uninit(&mut fresh.spare_capacity_mut()[..n], &src).unwrap();
+            // SAFETY: the copy wrote all n elements.
+            unsafe { fresh.set_len(n) };
+            assert_eq!(fresh, src, "uninit n={n}");
+        }
+        let mut short = [MaybeUninit::<u64>::uninit(); 2];
+        assert!(matches!(
+            copy_parallel_uninit(&mut short, &[1, 2, 3]),
+            Err(Error::LengthMismatch { .. })
+        ));
+    }
 }

@@ -114,9 +114,55 @@ impl Key for u64 {
     }
 }
 
+/// `s`'s elements as elements of `U`, bit for bit and without a copy, or `None` where the
+/// widths differ. Why: joinkit keys a signed column by its bit pattern (see [`Key`]), which is
+/// exactly this cast, so an `i64` key column can be handed over as `u64` keys as it is
+/// instead of being converted into a fresh vector.
+pub fn bit_cast_slice<T: Element, U: Element>(s: &[T]) -> Option<&[U]> {
+    if size_of::<T>() != size_of::<U>() {
+        return None;
+    }
+    bytemuck::try_cast_slice(s).ok()
+}
+
+/// [`bit_cast_slice`] of a vector it takes, in the same allocation (no copy, no new pages);
+/// `v` back where the widths differ.
+///
+/// # Errors
+/// `v` itself when `T` and `U` differ in size or alignment.
+pub fn bit_cast_vec<T: Element, U: Element>(v: Vec<T>) -> Result<Vec<U>, Vec<T>> {
+    if size_of::<T>() != size_of::<U>() || align_of::<T>() != align_of::<U>() {
+        return Err(v);
+    }
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: `T` and `U` have one size and alignment, so the allocation's layout for
+    // `capacity` elements of `T` is the one for as many of `U`, which the new vector frees; the
+    // old one is never dropped (`ManuallyDrop`). Both are plain old data (`Pod`), so every
+    // element of `T` is a valid `U`.
+    Ok(unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<U>(), v.len(), v.capacity()) })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Key;
+    use super::{Key, bit_cast_slice, bit_cast_vec};
+
+    #[test]
+    fn bit_casts_keep_the_bits_and_refuse_other_widths() {
+        let signed = vec![-1i64, 0, i64::MIN, 42];
+        let want: Vec<u64> = signed.iter().map(|&x| x as u64).collect();
+        assert_eq!(bit_cast_slice::<i64, u64>(&signed), Some(&want[..]));
+        assert_eq!(bit_cast_slice::<i64, u32>(&signed), None);
+        let at = signed.as_ptr() as usize;
+        let moved = bit_cast_vec::<i64, u64>(signed).unwrap();
+        assert_eq!((moved.as_ptr() as usize, &moved), (at, &want));
+        let narrow = vec![-2i32, 7];
+        assert_eq!(
+            bit_cast_vec::<i32, u32>(narrow.clone()).unwrap(),
+            vec![u32::MAX - 1, 7]
+        );
+        assert_eq!(bit_cast_vec::<i32, u64>(narrow.clone()), Err(narrow));
+        assert_eq!(bit_cast_vec::<u64, u64>(Vec::new()), Ok(Vec::new()));
+    }
 
     #[test]
     fn digits_of_any_range() {

@@ -9,8 +9,9 @@
 //! - the element and key types ([`Element`], [`Key`]) and one [`Error`] type;
 //! - with `cuda`: typed device buffers with a peak-memory counter, freed allocations kept for
 //!   requests of the same size (`CudaBackend::set_buffer_cache_limit`), embedded fatbin modules
-//!   loaded once per device (`kernel_module!`), launch shapes from device properties, and the
-//!   `Scratch` temp-storage protocol;
+//!   loaded once per device (`kernel_module!`), launch shapes from device properties, the
+//!   `Scratch` temp-storage protocol, and large uploads and downloads staged through a ring of
+//!   pinned buffers (pageable copies ran at a twentieth of the link's rate);
 //! - shared device headers in `include/joinkit/` (`hash.cuh`: murmur3 fmix32/fmix64 with seeds;
 //!   `device.cuh`: grid-stride, warp and block scans, 64-bit atomics) with CPU twins in [`hash`].
 //!
@@ -40,12 +41,13 @@ pub mod testing;
 
 pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
 pub use column::Column;
-pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, copy_parallel, try_reserved};
+pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, copy_parallel, copy_parallel_uninit, try_reserved};
 #[cfg(feature = "cuda")]
 pub use cuda::{
-    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, PinnedBuffer, Scratch, StagingBuffer,
-    cudarc, device_count, driver, driver_present,
+    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, NO_STAGING_ENV, PinnedBuffer,
+    STAGED_MIN_BYTES, STAGING_BUFFERS, STAGING_CHUNK_BYTES, Scratch, StagingBuffer, cudarc,
+    device_count, driver, driver_present,
 };
 pub use device::{DEVICE_ENV, Device};
-pub use element::{DeviceElement, Element, Key};
+pub use element::{DeviceElement, Element, Key, bit_cast_slice, bit_cast_vec};
 pub use error::{Error, Result};

@@ -1,5 +1,6 @@
 //! The CUDA backend over cudarc: one device, one stream, typed buffers with memory accounting,
-//! fatbin modules loaded once per device, launch shapes from the device's properties.
+//! fatbin modules loaded once per device, launch shapes from the device's properties, large
+//! transfers staged through pinned memory (`transfer`).
 
 mod buffer;
 mod cache;
@@ -7,6 +8,7 @@ mod module;
 mod pinned;
 mod scratch;
 mod staging;
+mod transfer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +27,8 @@ pub use module::KernelModule;
 pub use pinned::PinnedBuffer;
 pub use scratch::Scratch;
 pub use staging::StagingBuffer;
+use transfer::StagingRing;
+pub use transfer::{NO_STAGING_ENV, STAGED_MIN_BYTES, STAGING_BUFFERS, STAGING_CHUNK_BYTES};
 
 use crate::{Backend, DeviceKind, Element, Error, MemoryStats, Result};
 
@@ -110,6 +114,9 @@ struct Inner {
     /// The page-locked word [`CudaBackend::read_element`] has the GPU store into (made on
     /// first use); the lock also keeps two threads' reads apart.
     readback: Mutex<Option<ReadbackWord>>,
+    /// Pinned buffers that large uploads and downloads go through (see `transfer`); one
+    /// transfer at a time holds them.
+    staging: Mutex<StagingRing>,
 }
 
 /// A page-locked host word mapped into the device's address space.
@@ -245,6 +252,7 @@ impl CudaBackend {
                 cache,
                 functions: Mutex::default(),
                 readback: Mutex::default(),
+                staging: Mutex::new(StagingRing::new()),
             }),
         })
     }
@@ -566,7 +574,9 @@ impl Backend for CudaBackend {
 
     fn upload<T: Element>(&self, host: &[T]) -> Result<DeviceBuffer<T>> {
         let mut buf = self.alloc_tracked::<T>(host.len())?;
-        if !host.is_empty() {
+        if let Some(mut ring) = self.staging_ring(size_of_val(host)) {
+            self.upload_staged(&mut ring, host, &mut buf)?;
+        } else if !host.is_empty() {
             self.inner
                 .stream
                 .memcpy_htod(host, &mut buf.view_mut())
@@ -576,13 +586,18 @@ impl Backend for CudaBackend {
     }
 
     fn download<T: Element>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
-        let mut host = vec![T::default(); buf.len()];
-        if !host.is_empty() {
-            self.inner
-                .stream
-                .memcpy_dtoh(&buf.view(), &mut host)
-                .map_err(|e| driver_error("copying to the host", e))?;
-        }
+        let host = if let Some(mut ring) = self.staging_ring(buf.len() * size_of::<T>()) {
+            self.download_staged(&mut ring, buf)?
+        } else {
+            let mut host = vec![T::default(); buf.len()];
+            if !host.is_empty() {
+                self.inner
+                    .stream
+                    .memcpy_dtoh(&buf.view(), &mut host)
+                    .map_err(|e| driver_error("copying to the host", e))?;
+            }
+            host
+        };
         self.synchronize()?;
         Ok(host)
     }

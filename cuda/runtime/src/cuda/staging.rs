@@ -5,11 +5,21 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
+use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
 
 use super::{CudaBackend, DeviceBuffer, driver};
 use crate::{Element, Error, Result};
+
+/// Which way a staged copy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Way {
+    /// From the staging buffer to device memory.
+    ToDevice,
+    /// From device memory into the staging buffer.
+    FromDevice,
+}
 
 /// A pinned host buffer of `capacity` elements with the event of its last copy.
 pub struct StagingBuffer<T: Element> {
@@ -110,15 +120,10 @@ impl<T: Element> StagingBuffer<T> {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let n = self.checked(dst.len())?;
-        if n > 0 {
-            let ptr = dst.device_ptr();
-            let host = &self.host_mut()?[..n];
-            // SAFETY: `host` is pinned and `n` elements long, as is `dst`; the buffer is not
-            // written again before the copy is done (`host_mut` and the drop wait for `done`).
-            unsafe { cudarc::driver::result::memcpy_htod_async(ptr, host, stream.cu_stream()) }
-                .map_err(driver("copying staged chunks to the device"))?;
-        }
-        self.record(stream)
+        // SAFETY: `dst` holds `n` elements of `T`, and stays alive until the copy is done:
+        // the caller keeps it unused by other streams until then, and its memory goes back
+        // to the pool in `stream`'s order.
+        unsafe { self.copy_bytes(Way::ToDevice, dst.device_ptr(), n * size_of::<T>(), stream) }
     }
 
     /// Queues a copy of `src` into the first `src.len()` elements on `stream` and returns at
@@ -133,26 +138,65 @@ impl<T: Element> StagingBuffer<T> {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let n = self.checked(src.len())?;
-        if n > 0 {
-            let ptr = src.device_ptr();
-            let host = &mut self.host_mut()?[..n];
-            // SAFETY: `host` is pinned and `n` elements long, as is `src`; nothing reads or
-            // writes the buffer on the host before the copy is done (`host_mut` waits).
-            unsafe { cudarc::driver::result::memcpy_dtoh_async(host, ptr, stream.cu_stream()) }
-                .map_err(driver("copying chunks to staging memory"))?;
+        // SAFETY: `src` holds `n` elements of `T`; the caller keeps it alive and unwritten
+        // until the copy is done.
+        unsafe {
+            self.copy_bytes(
+                Way::FromDevice,
+                src.device_ptr(),
+                n * size_of::<T>(),
+                stream,
+            )
+        }
+    }
+
+    /// Queues a copy between the buffer's first `bytes` bytes and `bytes` bytes at device
+    /// address `device`, the way `way` says, on `stream`, and returns at once;
+    /// [`StagingBuffer::host_mut`] and the drop wait for it. Byte counts, not elements: the
+    /// backend's transfers stage columns of every element type through one ring of buffers.
+    ///
+    /// # Safety
+    /// `device` is `bytes` bytes of device memory that stay allocated until the copy is done,
+    /// and unused by other streams (to the device) or unwritten (from it) until then.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] when `bytes` passes the buffer; driver errors.
+    pub(super) unsafe fn copy_bytes(
+        &mut self,
+        way: Way,
+        device: CUdeviceptr,
+        bytes: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let bytes = self.checked_bytes(bytes)?;
+        if bytes > 0 {
+            let host = &mut bytemuck::cast_slice_mut::<T, u8>(self.host_mut()?)[..bytes];
+            let s = stream.cu_stream();
+            // SAFETY: `host` is pinned and `bytes` long, `device` too (the caller's contract);
+            // nothing reads or writes the buffer on the host before the copy is done
+            // (`host_mut` and the drop wait for `done`, recorded below).
+            let copied = unsafe {
+                match way {
+                    Way::ToDevice => memcpy_htod_async(device, &*host, s),
+                    Way::FromDevice => memcpy_dtoh_async(host, device, s),
+                }
+            };
+            copied.map_err(driver(match way {
+                Way::ToDevice => "copying staged chunks to the device",
+                Way::FromDevice => "copying chunks to staging memory",
+            }))?;
         }
         self.record(stream)
     }
 
+    /// `n` elements when they fit the buffer.
     fn checked(&self, n: usize) -> Result<usize> {
-        if n > self.capacity {
-            return Err(Error::IndexOutOfRange {
-                what: "staging copy",
-                index: n as u64,
-                len: self.capacity,
-            });
-        }
-        Ok(n)
+        fits(n, self.capacity)
+    }
+
+    /// `bytes` when they fit the buffer.
+    fn checked_bytes(&self, bytes: usize) -> Result<usize> {
+        fits(bytes, self.capacity * size_of::<T>())
     }
 
     fn record(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
@@ -162,6 +206,18 @@ impl<T: Element> StagingBuffer<T> {
         self.pending = true;
         Ok(())
     }
+}
+
+/// `n` when it is at most `room` (elements or bytes of a staging buffer).
+fn fits(n: usize, room: usize) -> Result<usize> {
+    if n > room {
+        return Err(Error::IndexOutOfRange {
+            what: "staging copy",
+            index: n as u64,
+            len: room,
+        });
+    }
+    Ok(n)
 }
 
 impl<T: Element> Drop for StagingBuffer<T> {
