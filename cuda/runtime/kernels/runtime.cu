@@ -45,6 +45,17 @@ extern "C" __global__ void random_bits_u64(uint64_t* out, uint64_t n, uint64_t s
   random_bits(out, n, seed, m);
 }
 
+// Packed 32-bit ids `high << shift | low` widened to `high << 32 | low` (Backend::unpack_ids;
+// `mask` keeps the low `shift` bits, a shift of 32 leaves no high part).
+extern "C" __global__ void unpack_ids(uint64_t* out, uint64_t n, const uint32_t* packed,
+                                      uint32_t shift, uint32_t mask) {
+  for (uint64_t i = joinkit::global_thread_id(); i < n; i += joinkit::grid_stride()) {
+    const uint32_t v = packed[i];
+    const uint64_t high = shift >= 32 ? 0 : (v >> shift);
+    out[i] = (high << 32) | (v & mask);
+  }
+}
+
 // One element stored into a page-locked host word by the GPU itself: the host reads it after
 // a synchronization. A store over the link, not a copy-engine transfer, so a read-back never
 // waits behind bulk copies that other streams have queued in the same direction.

@@ -103,6 +103,14 @@ pub trait Backend: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// Driver errors.
     fn iota<T: Element>(&self, buf: &mut Self::Buf<T>, start: u64) -> Result<()>;
 
+    /// Packed 32-bit ids `high << low_bits | low` widened to `high << 32 | low` (`low_bits`
+    /// at most 32): ids that name a rank and a row of it travel 4 bytes wide when both fit
+    /// there, and come back in the 8-byte global row id layout.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for `low_bits` above 32; allocation and driver errors.
+    fn unpack_ids(&self, packed: &Self::Buf<u32>, low_bits: u32) -> Result<Self::Buf<u64>>;
+
     /// Writes reproducible pseudo-random data: element `i` gets the bits of
     /// `hash64(i, seed) & mask` (see [`crate::hash::hash64`]). Every backend writes the same
     /// values, so tests and benchmarks can generate inputs where they run.

@@ -164,6 +164,17 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn unpack_ids(&self, packed: &Vec<u32>, low_bits: u32) -> Result<Vec<u64>> {
+        let (shift, mask) = unpack_shift_and_mask(low_bits)?;
+        let mut out = crate::try_reserved(packed.len())?;
+        packed
+            .par_iter()
+            .with_min_len(crate::PARALLEL_THRESHOLD)
+            .map(|&v| (u64::from(v).checked_shr(shift).unwrap_or(0) << 32) | u64::from(v & mask))
+            .collect_into_vec(&mut out);
+        Ok(out)
+    }
+
     fn fill_random<T: Element>(&self, buf: &mut Vec<T>, seed: u64, mask: u64) -> Result<()> {
         buf.par_iter_mut()
             .enumerate()
@@ -242,4 +253,15 @@ mod tests {
             Err(Error::LengthMismatch { .. })
         ));
     }
+}
+
+/// The shift and mask of [`Backend::unpack_ids`] for `low_bits` (a shift of 32 leaves no high
+/// part); both backends use it, so they agree on what `low_bits` allows.
+pub(crate) fn unpack_shift_and_mask(low_bits: u32) -> Result<(u32, u32)> {
+    if low_bits > 32 {
+        return Err(crate::Error::InvalidArgument(format!(
+            "unpacking ids with {low_bits} low bits: at most 32"
+        )));
+    }
+    Ok((low_bits, u32::MAX.checked_shr(32 - low_bits).unwrap_or(0)))
 }

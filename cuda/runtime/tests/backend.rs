@@ -1,7 +1,7 @@
 //! The backend contract, checked on the CPU backend always and on CUDA where a GPU is present:
 //! both must produce the same bits and the same errors.
 
-use joinkit_cuda::{Backend, CpuBackend, Device, DeviceKind, Element, Error, hash};
+use joinkit_cuda::{Backend, Buffer, CpuBackend, Device, DeviceKind, Element, Error, hash};
 
 /// Runs the contract checks on one backend.
 fn contract<B: Backend>(b: &B) {
@@ -54,6 +54,36 @@ fn contract<B: Backend>(b: &B) {
         b.alloc::<u64>(usize::MAX / 4).err(),
         Some(Error::SizeOverflow("buffer size in bytes"))
     );
+    // Packed ids unpack into rank << 32 | row at every split, empty included; past 32 bits is
+    // a typed error.
+    let packed: Vec<u32> = (0..4099u64)
+        .map(|i| hash::hash64(i, 5) as u32)
+        .chain([0, u32::MAX])
+        .collect();
+    let buf = b.upload(&packed).unwrap();
+    for low_bits in [0u32, 1, 17, 28, 31, 32] {
+        let want: Vec<u64> = packed
+            .iter()
+            .map(|&v| {
+                let v = u64::from(v);
+                ((v >> low_bits) << 32) | (v & ((1u64 << low_bits) - 1))
+            })
+            .collect();
+        assert_eq!(
+            b.download(&b.unpack_ids(&buf, low_bits).unwrap()).unwrap(),
+            want,
+            "low bits {low_bits}"
+        );
+    }
+    assert!(
+        b.unpack_ids(&b.alloc::<u32>(0).unwrap(), 9)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        b.unpack_ids(&buf, 33),
+        Err(Error::InvalidArgument(_))
+    ));
     // Timing returns the work's result.
     let (v, ms) = b.timed(|| Ok(42)).unwrap();
     assert_eq!(v, 42);

@@ -32,7 +32,9 @@ impl<B: JoinBackend + HashPartition + Codec + SideStream> DistributedBackend for
 /// Joins `left` and `right` spread over the ranks of `comm` and returns this rank's part of
 /// the output as global row ids ([`crate::global_row`]: the rank that held the row, and its
 /// row there), with statistics. Every rank calls it with its own rows and the same options;
-/// the inputs are consumed (the shuffle frees them as soon as they are partitioned).
+/// the inputs are consumed (the shuffle frees them as soon as they are partitioned). The row
+/// ids travel 4 bytes wide through the shuffle and the local join where every rank's rows and
+/// the ranks fit 32 bits (`rank << row_bits | row`), and are unpacked at the end.
 ///
 /// # Errors
 /// [`Error::RanksDisagree`] when the ranks' options or key widths differ;
@@ -52,11 +54,27 @@ where
     C::Backend: DistributedBackend,
     K: Key,
 {
+    let packed = settle(
+        comm,
+        "row ids",
+        check_rows(left.len())
+            .and_then(|()| check_rows(right.len()))
+            .map(|()| (left.len(), right.len())),
+    )
+    .and_then(|rows| packed_row_bits(comm, rows))?;
     let ids = |n: usize| -> Result<Column<C::Backend>> {
-        check_rows(n)?;
-        let mut ids = b.alloc::<u64>(n)?;
-        b.iota(&mut ids, global_row(comm.rank(), 0))?;
-        Ok(Column::U64(ids))
+        Ok(match packed {
+            Some(row_bits) => {
+                let mut ids = b.alloc::<u32>(n)?;
+                b.iota(&mut ids, (comm.rank() as u64) << row_bits)?;
+                Column::U32(ids)
+            }
+            None => {
+                let mut ids = b.alloc::<u64>(n)?;
+                b.iota(&mut ids, global_row(comm.rank(), 0))?;
+                Column::U64(ids)
+            }
+        })
     };
     let tables = (|| {
         let left_ids = ids(left.len())?;
@@ -71,11 +89,18 @@ where
         ))
     })();
     let (left, right) = settle(comm, "row ids", tables)?;
-    let (out, stats) = run(comm, b, left, right, opts)?;
-    let u64_of = |mut cols: Vec<Column<C::Backend>>| match cols.pop() {
-        Some(Column::U64(c)) => Ok(Some(c)),
-        None => Ok(None),
-        Some(_) => Err(Error::Corrupt("row ids came back as another type".into())),
+    // The output returned holds 8-byte ids: with 4-byte ones the join's output is half as
+    // wide, so its budget is halved (for a left outer join's validity column, conservatively).
+    let mut run_opts = *opts;
+    if packed.is_some() {
+        run_opts.join.memory_budget = opts.join.memory_budget.map(|bytes| bytes / 2);
+    }
+    let (out, stats) = run(comm, b, left, right, &run_opts)?;
+    let u64_of = |mut cols: Vec<Column<C::Backend>>| match (cols.pop(), packed) {
+        (Some(Column::U64(c)), None) => Ok(Some(c)),
+        (Some(Column::U32(c)), Some(row_bits)) => b.unpack_ids(&c, row_bits).map(Some),
+        (None, _) => Ok(None),
+        _ => Err(Error::Corrupt("row ids came back as another type".into())),
     };
     let rows = out.rows;
     let left = u64_of(out.left)?.ok_or_else(|| Error::Corrupt("no left row ids".into()))?;
@@ -88,6 +113,18 @@ where
         },
         stats,
     ))
+}
+
+/// The row bits of 4-byte global row ids, `rank << row_bits | row`, when every rank's rows of
+/// both sides (`rows` here) and the ranks fit 32 bits together: the shuffle and the local join
+/// then move 4 bytes an id instead of 8 (the output is unpacked into [`global_row`]'s layout).
+fn packed_row_bits<C: Communicator>(comm: &C, rows: (usize, usize)) -> Result<Option<u32>> {
+    let most = comm.all_reduce(&[rows.0 as u64, rows.1 as u64], ReduceOp::Max)?;
+    // Bits that hold every value below `n`.
+    let bits = |n: u64| u64::BITS - n.saturating_sub(1).leading_zeros();
+    let row_bits = bits(most[0].max(most[1]));
+    let rank_bits = bits(comm.size() as u64);
+    Ok((row_bits + rank_bits <= 32).then_some(row_bits))
 }
 
 /// Joins two tables spread over the ranks of `comm` and returns this rank's part of the
@@ -525,4 +562,35 @@ fn gather_to_root<C: Communicator>(
         })
     })();
     settle(comm, "gathering the output on rank 0", moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use joinkit_comm::{CommConfig, Communicator, LocalComm, LocalWorld};
+    use joinkit_cuda::CpuBackend;
+
+    use super::packed_row_bits;
+
+    /// 4-byte ids where the largest side's rows and the ranks fit 32 bits, else none.
+    #[test]
+    fn row_ids_pack_where_rows_and_ranks_fit_32_bits() {
+        for (ranks, rows, want) in [
+            (4, (1usize << 28, 1usize << 27), Some(28)),
+            (4, (3, 1 << 30), Some(30)),
+            (4, ((1 << 30) + 1, 0), None),
+            (1, ((1 << 32) - 1, 0), Some(32)),
+            (1, (0, 0), Some(0)),
+            (3, (5, 0), Some(3)),
+        ] {
+            let world = LocalWorld::new(ranks, CommConfig::default()).unwrap();
+            // Only rank 0 holds the rows: the largest count decides.
+            let got = world.run(|comm: LocalComm<CpuBackend>| {
+                let mine = if comm.rank() == 0 { rows } else { (0, 0) };
+                packed_row_bits(&comm, mine)
+            });
+            for g in got {
+                assert_eq!(g.unwrap(), want, "{ranks} ranks, rows {rows:?}");
+            }
+        }
+    }
 }

@@ -613,6 +613,25 @@ impl Backend for CudaBackend {
         self.launch_elementwise(buf, name, &[start])
     }
 
+    fn unpack_ids(&self, packed: &DeviceBuffer<u32>, low_bits: u32) -> Result<DeviceBuffer<u64>> {
+        let (shift, mask) = crate::cpu::unpack_shift_and_mask(low_bits)?;
+        let out = self.alloc_tracked::<u64>(packed.len())?;
+        if packed.is_empty() {
+            return Ok(out);
+        }
+        let f = self.function(&RUNTIME_KERNELS, "unpack_ids")?;
+        let cfg = self.grid_stride_config(packed.len(), 256);
+        let n = packed.len() as u64;
+        let (dst, src) = (out.device_ptr(), packed.device_ptr());
+        let mut b = self.stream().launch_builder(&f);
+        b.arg(&dst).arg(&n).arg(&src).arg(&shift).arg(&mask);
+        // SAFETY: the kernel reads n elements of `packed` and writes n of `out`, both of n.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| driver_error("launching unpack_ids", e))?;
+        Ok(out)
+    }
+
     fn fill_random<T: Element>(
         &self,
         buf: &mut DeviceBuffer<T>,
