@@ -707,6 +707,23 @@ impl NcclComm {
         nccl.check(op, code, self.comm)
     }
 
+    /// Moves `send`'s rows, cut for each peer as `sent` says, into `recv`, cut for each peer as
+    /// `got` says ([`any_order_transfers`]), in one group.
+    fn move_cut<T: Element>(
+        &self,
+        op: &'static str,
+        backend: &CudaBackend,
+        (send, sent): (&DeviceBuffer<T>, &[(usize, Cut)]),
+        (recv, got): (&DeviceBuffer<T>, &[Cut]),
+    ) -> Result<()> {
+        let transfers = any_order_transfers(
+            (send.device_ptr(), sent),
+            (recv.device_ptr(), got),
+            std::mem::size_of::<T>(),
+        );
+        self.transfer(op, backend, &transfers)
+    }
+
     /// An all-to-all's count exchange and receive buffer: checks the input, sends every peer
     /// (rows, element size, start row modulo [`ALIGN_ROWS`]) — a rank with bad input sends
     /// [`POISON`], so every peer fails with it instead of waiting on data that never comes —
@@ -944,12 +961,7 @@ impl Communicator for NcclComm {
         let got: Vec<Cut> = (starts.iter().zip(&recv_counts))
             .map(|(&start, &rows)| Cut::of(start, rows))
             .collect();
-        let transfers = any_order_transfers(
-            (send.device_ptr(), &sent),
-            (recv.device_ptr(), &got),
-            std::mem::size_of::<T>(),
-        );
-        self.transfer(OP, backend, &transfers)?;
+        self.move_cut(OP, backend, (send, &sent), (&recv, &got))?;
         Ok((recv, recv_counts))
     }
 
@@ -963,12 +975,7 @@ impl Communicator for NcclComm {
         // Every rank sends its whole buffer, from row 0.
         let sent = vec![(0, Cut::of(0, send.len())); self.size];
         let got: Vec<Cut> = counts.iter().map(|&rows| Cut::of(0, rows)).collect();
-        let transfers = any_order_transfers(
-            (send.device_ptr(), &sent),
-            (recv.device_ptr(), &got),
-            std::mem::size_of::<T>(),
-        );
-        self.transfer(OP, backend, &transfers)?;
+        self.move_cut(OP, backend, (send, &sent), (&recv, &got))?;
         Ok((recv, counts))
     }
 
