@@ -6,7 +6,9 @@ use joinkit_hashtable::{HashTable, HashTables, Matches, TableConfig, TableKind};
 use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, Interleave, MergePath, Sort};
 
-use crate::choose::{ChoiceParams, ChoiceReason, JoinInputStats, choose, sample_stats};
+use crate::choose::{
+    ChoiceParams, ChoiceReason, JoinInputStats, choose, choose_unsampled, sample_stats,
+};
 use crate::chunk::Budget;
 use crate::copart::{CoPartitionJoin, PairColumns};
 use crate::flags::MatchFlags;
@@ -235,16 +237,7 @@ fn resolve<B: JoinBackend, K: Key>(
         });
     }
     let params = ChoiceParams::for_backend(b);
-    // Choices no sample would change (a plan costs 30-50 us on an H200, a third of such a
-    // join): unique keys in a cached table, and a semi or anti join on a small right side.
-    let unsampled = if opts.right_unique {
-        params
-            .table_is_cached(right.len())
-            .then_some((Algorithm::NphjOpen, ChoiceReason::CachedTable))
-    } else {
-        (!opts.kind.has_right_rows() && params.chained_takes_semi_join(right.len()))
-            .then_some((Algorithm::NphjChained, ChoiceReason::SmallRightSide))
-    };
+    let unsampled = choose_unsampled(right.len(), opts.right_unique, opts.kind, &params);
     if let Some((algorithm, reason)) = unsampled {
         return Ok(Resolved {
             algorithm,

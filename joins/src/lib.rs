@@ -66,8 +66,8 @@ mod stream;
 mod stream_cuda;
 
 pub use choose::{
-    ChoiceParams, ChoiceReason, JoinInputStats, MergeRule, SAMPLE_ROWS, choose, right_sample_rows,
-    sample_stats,
+    ChoiceParams, ChoiceReason, JoinInputStats, MergeRule, SAMPLE_ROWS, choose, choose_unsampled,
+    right_sample_rows, sample_stats,
 };
 pub use chunk::{
     ColumnChunks, RowChunks, join_columns_chunked, join_rows_chunked, output_row_bytes,
