@@ -206,10 +206,14 @@ impl ChoiceParams {
             } else {
                 // 2 cores, |R| = |S|: 2^20 rows of 64 a key, SMJ-OM 757 ms against PHJ-OM's
                 // 1159, of 16 PHJ-OM 164 against 269; 2^16 rows of 64, PHJ-OM 32 against 55,
-                // of 256 (2^24 pairs) SMJ-OM's outer join 363 against 431.
+                // of 256 (2^24 pairs) SMJ-OM's outer join 363 against 431. 16 cores (the H200
+                // host), 2^16 rows of 256: SMJ-OM 65 and 104 ms (inner, outer) against PHJ-OM's
+                // 119 and 200, which a threshold at 2^24 pairs missed by a sampled rows-a-key
+                // estimate just under 256: the threshold sits at 2^23, between both machines'
+                // crossovers.
                 MergeRule::RowsPerKeyFromPairs {
                     rows_per_key: 32.0,
-                    min_pairs: (1u64 << 24) as f64,
+                    min_pairs: (1u64 << 23) as f64,
                 }
             },
             chained_max_right_rows: if gpu { 1 << 20 } else { 0 },
