@@ -13,7 +13,8 @@
 //!   runs on a small right side (at most 2^20 rows; unique keys too, where it beats NPHJ-open
 //!   by 5-25 % at |S| = |R| and 2|R|) and, with duplicates, while the right
 //!   table is cached or its distinct keys are few (at most 1.5 × 2^20: 2^24 rows of 16 a
-//!   key, 1.03 ms against PHJ-OM's 1.19; of 8 a key PHJ-OM 1.13 against 1.28);
+//!   key, 1.03 ms against PHJ-OM's 1.19; of 8 a key PHJ-OM 1.13 against 1.28); on the CPU,
+//!   few distinct keys take NPHJ-open's key-set table instead (ahead on 16 cores);
 //! - **inner and outer joins** write every pair: SMJ-OM's merge-path expansion spreads any
 //!   run over the threads, where a hash join's probe thread writes its row's pairs one by
 //!   one. SMJ-OM from `log2(rows) - 16` rows a key (the sort's cost grows with the size): 6
@@ -180,9 +181,12 @@ pub struct ChoiceParams {
     pub chained_max_right_rows: usize,
     /// That threshold at 2^18 right rows; it falls with the square root of the rows.
     pub chained_merge_rows_per_key: f64,
-    /// Semi and anti joins with duplicate right keys run NPHJ-chained when the right side has
-    /// at most this many distinct keys (estimated).
+    /// Semi and anti joins with duplicate right keys run [`ChoiceParams::few_keys_join`] when
+    /// the right side has at most this many distinct keys (estimated).
     pub chained_max_distinct_keys: usize,
+    /// The hash join of those: NPHJ-chained (a key's first row at the head of its bucket) or
+    /// NPHJ-open (its key-set table, one slot a distinct key).
+    pub few_keys_join: Algorithm,
 }
 
 impl ChoiceParams {
@@ -222,6 +226,13 @@ impl ChoiceParams {
             // margin for the estimate's error); CPU, 2^16 a side: ahead from 16 rows a key
             // (4096 distinct keys).
             chained_max_distinct_keys: if gpu { 3 << 19 } else { 1 << 13 },
+            // CPU, 2^16 rows of 16 … 1024 a key: NPHJ-open's key-set table 1.13-1.94× ahead of
+            // NPHJ-chained on 16 cores (two runs); on 2 cores 0.74-1.17× (within its noise).
+            few_keys_join: if gpu {
+                Algorithm::NphjChained
+            } else {
+                Algorithm::NphjOpen
+            },
         }
     }
 
@@ -311,7 +322,7 @@ pub fn choose(
         } else if duplicated
             && stats.right_rows as f64 / per_key <= params.chained_max_distinct_keys as f64
         {
-            return (Algorithm::NphjChained, Why::FewDistinctKeys);
+            return (params.few_keys_join, Why::FewDistinctKeys);
         }
         // Otherwise the partitioned joins where keys repeat, and for inner and outer joins
         // whatever the sample saw: NPHJ-open on keys not promised unique has (hash, row)
@@ -548,6 +559,7 @@ mod tests {
             chained_max_right_rows: 1 << 20,
             chained_merge_rows_per_key: 12.0,
             chained_max_distinct_keys: 1 << 20,
+            few_keys_join: Algorithm::NphjChained,
         }
     }
 
@@ -677,8 +689,8 @@ mod tests {
             ..mn(1 << 21, 1.0)
         };
         assert_eq!(choose(&promised, Inner, &p), (NphjOpen, Why::CachedTable));
-        // The CPU merges from 32 rows a key and 2^24 pairs; semi and anti joins take
-        // NPHJ-chained from few distinct keys.
+        // The CPU merges from 32 rows a key and 2^23 pairs; semi and anti joins take
+        // NPHJ-open's key-set table from few distinct keys.
         let cpu = ChoiceParams::for_backend(&CpuBackend::new());
         assert_eq!(cpu.chained_max_right_rows, 0);
         assert_eq!(choose(&mn(1 << 16, 64.0), Inner, &cpu).0, Algorithm::PhjOm);
@@ -690,7 +702,7 @@ mod tests {
         assert_eq!(choose(&mn(1 << 20, 16.0), Inner, &cpu).0, Algorithm::PhjOm);
         assert_eq!(
             choose(&mn(1 << 16, 64.0), LeftSemi, &cpu).0,
-            Algorithm::NphjChained
+            Algorithm::NphjOpen
         );
         assert_eq!(
             choose(&mn(1 << 16, 4.0), LeftSemi, &cpu).0,
