@@ -1086,8 +1086,7 @@ fn spilled_column<T: IdWord, P, Q>(
 where
     Part<P, Q>: Sync,
 {
-    let mut out = joinkit_cuda::try_reserved(n)?;
-    out.resize(n, T::default());
+    let mut out = joinkit_cuda::try_zeroed(n)?;
     let mut rest: &mut [T] = &mut out;
     let mut pieces = Vec::with_capacity(parts.len());
     for p in parts {

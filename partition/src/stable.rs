@@ -86,6 +86,13 @@ const MIN_CHUNK: usize = 1 << 16;
 /// A column's buffer shared by the tasks that write disjoint elements of it.
 struct SharedOut<T>(*mut T, usize);
 
+impl<T> Clone for SharedOut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SharedOut<T> {}
+
 // SAFETY: the pointer addresses a buffer that outlives every task writing through it, and the
 // tasks write disjoint elements (each output row is the destination of exactly one input row).
 unsafe impl<T: Send> Send for SharedOut<T> {}
@@ -107,6 +114,20 @@ impl<T: Copy> SharedOut<T> {
         // SAFETY: `i` is in bounds (checked above); exclusivity is the caller's promise.
         unsafe { *self.0.add(i) = v };
     }
+
+    /// A copy of elements `run`.
+    ///
+    /// # Safety
+    /// No other task may write elements of `run` meanwhile, and the buffer must be alive.
+    unsafe fn copy_run(&self, run: std::ops::Range<usize>) -> Vec<T> {
+        assert!(
+            run.start <= run.end && run.end <= self.1,
+            "run out of range"
+        );
+        // SAFETY: in bounds (checked above); nobody writes the run meanwhile (the caller's
+        // promise), so a shared view of it is sound while the copy is made.
+        unsafe { std::slice::from_raw_parts(self.0.add(run.start), run.len()) }.to_vec()
+    }
 }
 
 /// Moves one column's block of rows: `mover(first_row, destinations)` writes source rows
@@ -114,7 +135,11 @@ impl<T: Copy> SharedOut<T> {
 type Mover<'a> = Box<dyn Fn(usize, &[usize]) + Send + Sync + 'a>;
 
 fn mover<'a, T: Element>(src: &'a [T], out: &'a mut [T]) -> Mover<'a> {
-    let out = SharedOut::new(out);
+    writer(src, SharedOut::new(out))
+}
+
+/// As [`mover`], into a buffer other tasks write too (disjoint elements).
+fn writer<T: Element>(src: &[T], out: SharedOut<T>) -> Mover<'_> {
     Box::new(move |first, dest| {
         for (&v, &d) in src[first..first + dest.len()].iter().zip(dest) {
             // SAFETY: destinations form a permutation of the output rows across all blocks and
@@ -159,6 +184,52 @@ fn row_id_mover<'a>(out: &'a mut Column<CpuBackend>) -> Mover<'a> {
     }
 }
 
+/// A payload or row-id column that the second level's tasks split in place, each its own run.
+enum SharedColumn {
+    U32(SharedOut<u32>),
+    I32(SharedOut<i32>),
+    U64(SharedOut<u64>),
+    I64(SharedOut<i64>),
+}
+
+impl SharedColumn {
+    fn new(c: &mut Column<CpuBackend>) -> Self {
+        match c {
+            Column::U32(v) => Self::U32(SharedOut::new(v)),
+            Column::I32(v) => Self::I32(SharedOut::new(v)),
+            Column::U64(v) => Self::U64(SharedOut::new(v)),
+            Column::I64(v) => Self::I64(SharedOut::new(v)),
+        }
+    }
+
+    /// A copy of rows `run`, the source its run is scattered back from.
+    ///
+    /// # Safety
+    /// As [`SharedOut::copy_run`].
+    unsafe fn copy_run(&self, run: std::ops::Range<usize>) -> Column<CpuBackend> {
+        // SAFETY: the caller's promise.
+        unsafe {
+            match self {
+                Self::U32(o) => Column::U32(o.copy_run(run)),
+                Self::I32(o) => Column::I32(o.copy_run(run)),
+                Self::U64(o) => Column::U64(o.copy_run(run)),
+                Self::I64(o) => Column::I64(o.copy_run(run)),
+            }
+        }
+    }
+
+    /// Writes `src` (a copy of one of its runs) back to its destinations.
+    fn writer<'a>(&self, src: &'a Column<CpuBackend>) -> Mover<'a> {
+        match (self, src) {
+            (Self::U32(o), Column::U32(s)) => writer(s, *o),
+            (Self::I32(o), Column::I32(s)) => writer(s, *o),
+            (Self::U64(o), Column::U64(s)) => writer(s, *o),
+            (Self::I64(o), Column::I64(s)) => writer(s, *o),
+            _ => unreachable!("a run's copy has its column's type"),
+        }
+    }
+}
+
 /// Output columns like `cols` (same lengths and types).
 fn likes(cols: &[Column<CpuBackend>]) -> Result<Vec<Column<CpuBackend>>> {
     cols.iter()
@@ -174,13 +245,10 @@ fn row_id_buffer(row_ids: RowIds, n: usize) -> Result<Option<Column<CpuBackend>>
     })
 }
 
-/// A zeroed buffer of `n` elements for an output column, reserved by
-/// `joinkit_cuda::try_reserved` (fallible, and large buffers advised onto huge pages before
-/// their first touch: `CpuBackend::alloc` zeroes too early for that advice to help).
+/// A buffer of `n` zeros for an output column, from `joinkit_cuda::try_zeroed`: fallible, and
+/// its pages first touched by the scatter's tasks, not by a serial zero fill.
 fn output<T: Element>(n: usize) -> Result<Vec<T>> {
-    let mut v: Vec<T> = joinkit_cuda::try_reserved(n)?;
-    v.resize(n, T::default());
-    Ok(v)
+    joinkit_cuda::try_zeroed(n)
 }
 
 /// Scatters rows `range` with cursors `cur` (the next output row of each digit), block by
@@ -315,35 +383,32 @@ pub(crate) fn cpu_stable_partition<K: Key>(
         split_level(keys, fanout >> low_bits, &high, &movers)
     };
 
-    // Then each run of the first level by the low digit, in place of the run, one task a run.
-    let mut out_keys = output::<K>(n)?;
-    let mut out_payloads = likes(payloads)?;
-    let mut out_rows = row_id_buffer(row_ids, n)?;
+    // Then each run of the first level by the low digit, one task a run: the run is copied out
+    // (it is small enough to stay in cache) and scattered back in place, so the first level's
+    // buffers are the output and no second set of fresh memory is first-touched.
     let mut offsets = vec![0u64; fanout + 1];
     offsets[fanout] = n as u64;
     {
-        let mut movers = vec![mover(&mid_keys, &mut out_keys)];
-        movers.extend(
-            mid_payloads
-                .iter()
-                .zip(&mut out_payloads)
-                .map(|(s, o)| column_mover(s, o)),
-        );
-        if let (Some(s), Some(o)) = (&mid_rows, &mut out_rows) {
-            movers.push(column_mover(s, o));
-        }
+        let keys_out = SharedOut::new(&mut mid_keys);
+        let columns: Vec<SharedColumn> = mid_payloads
+            .iter_mut()
+            .chain(mid_rows.as_mut())
+            .map(SharedColumn::new)
+            .collect();
         let low = |k: K| digit(k) & low_mask;
-        let mid_keys = &mid_keys;
         offsets[..fanout]
             .par_chunks_mut(1 << low_bits)
             .zip(runs.par_windows(2))
             .for_each(|(offs, w)| {
                 let (lo, hi) = (w[0] as usize, w[1] as usize);
-                if lo == hi {
-                    offs.fill(lo as u64);
-                    return;
-                }
-                let h = histogram(&mid_keys[lo..hi], 1 << low_bits, &low);
+                // SAFETY (both copies): runs are disjoint and this task is the only one that
+                // reads or writes rows `lo..hi` of any column.
+                let run_keys = unsafe { keys_out.copy_run(lo..hi) };
+                let run_columns: Vec<Column<CpuBackend>> = columns
+                    .iter()
+                    .map(|c| unsafe { c.copy_run(lo..hi) })
+                    .collect();
+                let h = histogram(&run_keys, 1 << low_bits, &low);
                 let mut cur = Vec::with_capacity(h.len());
                 let mut at = lo;
                 for (o, &c) in offs.iter_mut().zip(&h) {
@@ -351,13 +416,15 @@ pub(crate) fn cpu_stable_partition<K: Key>(
                     cur.push(at);
                     at += c;
                 }
-                scatter_range(mid_keys, lo..hi, &mut cur, &low, &movers);
+                let mut movers = vec![writer(&run_keys, keys_out)];
+                movers.extend(columns.iter().zip(&run_columns).map(|(o, s)| o.writer(s)));
+                scatter_range(&run_keys, 0..hi - lo, &mut cur, &low, &movers);
             });
     }
     Ok(Partitioned {
-        keys: out_keys,
-        payloads: out_payloads,
-        row_ids: out_rows,
+        keys: mid_keys,
+        payloads: mid_payloads,
+        row_ids: mid_rows,
         offsets,
     })
 }

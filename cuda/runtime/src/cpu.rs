@@ -30,6 +30,22 @@ pub fn try_reserved<T>(len: usize) -> Result<Vec<T>> {
 /// system leaves that to `madvise`: its first touch then faults 2 MiB at a time instead of
 /// 4 KiB, the page faults that dominate writing into fresh memory (a one-shot join's
 /// partitions and outputs), and its TLB misses get cheaper. `JOINKIT_NO_THP` turns it off.
+/// `len` zeros, or [`Error::SizeOverflow`] where the host cannot give the memory. A large
+/// allocation comes from the kernel already zero (the allocator does not write it), so its pages
+/// are first touched by whoever writes them first, across the pool in a parallel scatter or
+/// gather, rather than by one thread filling zeros first (on a 2-core VM that serial fill, and
+/// the page faults it takes, was most of a one-shot join's partitioning). Large allocations are
+/// advised onto huge pages before that first touch, as [`try_reserved`]'s are.
+///
+/// # Errors
+/// [`Error::SizeOverflow`] when `len` elements overflow `usize` bytes or cannot be allocated.
+pub fn try_zeroed<T: Element>(len: usize) -> Result<Vec<T>> {
+    let v = bytemuck::allocation::try_zeroed_vec(len)
+        .map_err(|()| Error::SizeOverflow("host allocation failed"))?;
+    huge_pages(&v);
+    Ok(v)
+}
+
 #[cfg(target_os = "linux")]
 fn huge_pages<T>(v: &Vec<T>) {
     const MADV_HUGEPAGE: i32 = 14;
@@ -118,9 +134,7 @@ impl Backend for CpuBackend {
 
     fn alloc<T: Element>(&self, len: usize) -> Result<Vec<T>> {
         Error::bytes_of::<T>(len)?;
-        let mut v = try_reserved(len)?;
-        v.resize(len, T::default());
-        Ok(v)
+        try_zeroed(len)
     }
 
     // Copies are allocated fallibly too: a column the host cannot hold twice is an error,

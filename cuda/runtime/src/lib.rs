@@ -41,7 +41,9 @@ pub mod testing;
 
 pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
 pub use column::Column;
-pub use cpu::{CpuBackend, PARALLEL_THRESHOLD, copy_parallel, copy_parallel_uninit, try_reserved};
+pub use cpu::{
+    CpuBackend, PARALLEL_THRESHOLD, copy_parallel, copy_parallel_uninit, try_reserved, try_zeroed,
+};
 #[cfg(feature = "cuda")]
 pub use cuda::{
     CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, NO_STAGING_ENV, PinnedBuffer,
