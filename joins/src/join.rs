@@ -237,7 +237,8 @@ fn resolve<B: JoinBackend, K: Key>(
         });
     }
     let params = ChoiceParams::for_backend(b);
-    let unsampled = choose_unsampled(right.len(), opts.right_unique, opts.kind, &params);
+    let sides = (left.len(), right.len());
+    let unsampled = choose_unsampled(sides, opts.right_unique, opts.kind, &params);
     if let Some((algorithm, reason)) = unsampled {
         return Ok(Resolved {
             algorithm,
