@@ -401,11 +401,12 @@ pub(crate) fn cpu_stable_partition<K: Key>(
             .zip(runs.par_windows(2))
             .for_each(|(offs, w)| {
                 let (lo, hi) = (w[0] as usize, w[1] as usize);
-                // SAFETY (both copies): runs are disjoint and this task is the only one that
-                // reads or writes rows `lo..hi` of any column.
+                // SAFETY: runs are disjoint and this task is the only one that reads or writes
+                // rows `lo..hi` of any column.
                 let run_keys = unsafe { keys_out.copy_run(lo..hi) };
                 let run_columns: Vec<Column<CpuBackend>> = columns
                     .iter()
+                    // SAFETY: as for the keys.
                     .map(|c| unsafe { c.copy_run(lo..hi) })
                     .collect();
                 let h = histogram(&run_keys, 1 << low_bits, &low);
