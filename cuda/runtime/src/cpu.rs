@@ -26,10 +26,6 @@ pub fn try_reserved<T>(len: usize) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// Asks Linux to back a large allocation (8 MiB or more) with transparent huge pages where the
-/// system leaves that to `madvise`: its first touch then faults 2 MiB at a time instead of
-/// 4 KiB, the page faults that dominate writing into fresh memory (a one-shot join's
-/// partitions and outputs), and its TLB misses get cheaper. `JOINKIT_NO_THP` turns it off.
 /// `len` zeros, or [`Error::SizeOverflow`] where the host cannot give the memory. A large
 /// allocation comes from the kernel already zero (the allocator does not write it), so its pages
 /// are first touched by whoever writes them first, across the pool in a parallel scatter or
@@ -46,6 +42,10 @@ pub fn try_zeroed<T: Element>(len: usize) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// Asks Linux to back a large allocation (8 MiB or more) with transparent huge pages where the
+/// system leaves that to `madvise`: its first touch then faults 2 MiB at a time instead of
+/// 4 KiB, the page faults that dominate writing into fresh memory (a one-shot join's
+/// partitions and outputs), and its TLB misses get cheaper. `JOINKIT_NO_THP` turns it off.
 #[cfg(target_os = "linux")]
 fn huge_pages<T>(v: &Vec<T>) {
     const MADV_HUGEPAGE: i32 = 14;
