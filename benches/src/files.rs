@@ -25,8 +25,7 @@ use std::thread;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray, RecordBatch};
-use arrow_buffer::NullBuffer;
-use arrow_buffer::ToByteSlice;
+use arrow_buffer::{NullBuffer, ToByteSlice};
 use arrow_ipc::reader::{FileReader, read_footer_length};
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_ipc::{root_as_footer, root_as_message};
@@ -643,17 +642,16 @@ const COMPRESSION_SAMPLE: (usize, usize) = (8, 32 << 10);
 /// 60 %); Parquet's V2 data pages keep the same rule page by page, after compressing each.
 /// Columns of other types are compressed.
 fn compression_pays(column: &dyn Array, compression: Compression) -> bool {
-    let compressed_len = |piece: &[u8]| -> Option<usize> {
-        match compression {
-            Compression::SNAPPY => snap::raw::Encoder::new().compress_vec(piece).ok(),
-            Compression::ZSTD(level) => zstd::bulk::compress(piece, level.compression_level()).ok(),
-            _ => None,
-        }
-        .map(|v| v.len())
-    };
     if !matches!(compression, Compression::SNAPPY | Compression::ZSTD(_)) {
         return compression != Compression::UNCOMPRESSED;
     }
+    let compressed_len = |piece: &[u8]| -> Option<usize> {
+        match compression {
+            Compression::ZSTD(level) => zstd::bulk::compress(piece, level.compression_level()).ok(),
+            _ => snap::raw::Encoder::new().compress_vec(piece).ok(),
+        }
+        .map(|v| v.len())
+    };
     let (raw, packed) = match column.data_type() {
         DataType::Int32 => sample_compressed::<Int32Type>(column, compressed_len),
         DataType::Int64 => sample_compressed::<Int64Type>(column, compressed_len),

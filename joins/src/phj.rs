@@ -45,7 +45,9 @@
 use std::ops::Range;
 
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result};
-use joinkit_partition::{MAX_FANOUT, MAX_RADIX_BITS, Partitioned, Partitioner, RowIds};
+use joinkit_partition::{
+    MAX_FANOUT, MAX_RADIX_BITS, Partitioned, Partitioner, RADIX_PASS_BITS, RowIds,
+};
 
 use crate::chunk::Budget;
 use crate::copart::{CoSide, CoWant, PairColumns, Pieces};
@@ -191,13 +193,12 @@ impl<B: JoinBackend, K: Key> PartitionedSide<B, K> {
 /// every partitioned distributed join at Gao's shape, whose shuffle leaves half the ranks a few
 /// rows above 2^27.
 pub(crate) fn radix_bits<K: Key>(rows: usize, capacity: usize) -> u32 {
-    const PASS_BITS: u32 = 8;
     let fits = |bits: u32, most: usize| (rows as u64).div_ceil(1 << bits) <= most.max(1) as u64;
     let mut bits = 1;
     while bits < MAX_RADIX_BITS.min(K::BITS) && !fits(bits, capacity / 2) {
         bits += 1;
     }
-    if bits > PASS_BITS && bits % PASS_BITS == 1 && fits(bits - 1, 3 * capacity / 4) {
+    if bits > RADIX_PASS_BITS && bits % RADIX_PASS_BITS == 1 && fits(bits - 1, 3 * capacity / 4) {
         bits - 1
     } else {
         bits

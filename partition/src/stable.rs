@@ -150,13 +150,7 @@ fn writer<T: Element>(src: &[T], out: SharedOut<T>) -> Mover<'_> {
 }
 
 fn column_mover<'a>(src: &'a Column<CpuBackend>, out: &'a mut Column<CpuBackend>) -> Mover<'a> {
-    match (src, out) {
-        (Column::U32(s), Column::U32(o)) => mover(s, o),
-        (Column::I32(s), Column::I32(o)) => mover(s, o),
-        (Column::U64(s), Column::U64(o)) => mover(s, o),
-        (Column::I64(s), Column::I64(o)) => mover(s, o),
-        _ => unreachable!("outputs are allocated like their sources"),
-    }
+    SharedColumn::new(out).writer(src)
 }
 
 /// Writes the row ids of a block (`first_row + i`), for the first (or only) level.
@@ -184,7 +178,8 @@ fn row_id_mover<'a>(out: &'a mut Column<CpuBackend>) -> Mover<'a> {
     }
 }
 
-/// A payload or row-id column that the second level's tasks split in place, each its own run.
+/// A payload or row-id column written by several tasks, each its own rows (the second level's
+/// tasks split their runs in place).
 enum SharedColumn {
     U32(SharedOut<u32>),
     I32(SharedOut<i32>),
@@ -225,7 +220,7 @@ impl SharedColumn {
             (Self::I32(o), Column::I32(s)) => writer(s, *o),
             (Self::U64(o), Column::U64(s)) => writer(s, *o),
             (Self::I64(o), Column::I64(s)) => writer(s, *o),
-            _ => unreachable!("a run's copy has its column's type"),
+            _ => unreachable!("outputs and run copies have their column's type"),
         }
     }
 }
