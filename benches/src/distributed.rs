@@ -320,7 +320,8 @@ fn max_f64<C: Communicator>(comm: &C, v: &[f64]) -> joinkit_cuda::Result<Vec<f64
         .collect())
 }
 
-const PHASES: [&str; 6] = [
+const PHASES: [&str; 7] = [
+    "narrow",
     "plan",
     "partition",
     "shuffle",
@@ -330,7 +331,7 @@ const PHASES: [&str; 6] = [
 ];
 
 /// Names of the timeline's spans, for carrying them as numbers.
-const SPAN_NAMES: [&str; 8] = [
+const SPAN_NAMES: [&str; 9] = [
     "plan",
     "partition",
     "shuffle",
@@ -339,6 +340,7 @@ const SPAN_NAMES: [&str; 8] = [
     "build",
     "probe",
     "pipelined probe",
+    "narrow",
 ];
 
 /// Every rank's timeline on rank 0 (the others get none): each span as five words, padded to
@@ -661,6 +663,7 @@ fn report(
         .with("pipeline chunks", args.pipeline_chunks)
         .with("compress", format!("{:?}", args.compress).to_lowercase())
         .with("total ms", m.total_ms)
+        .with_opt("narrow ms", ran("narrow"))
         .with("plan ms", phase("plan"))
         .with_opt("partition ms", ran("partition"))
         .with_opt("shuffle ms", ran("shuffle"))
@@ -730,7 +733,9 @@ fn report(
                 st.local.phase_ms("transform"),
                 st.local.phase_ms("match"),
                 st.local.phase_ms("materialize"),
-                if st.local.narrowed_keys {
+                if st.narrowed_keys {
+                    ", keys narrowed before the shuffle"
+                } else if st.local.narrowed_keys {
                     ", keys narrowed"
                 } else {
                     ""

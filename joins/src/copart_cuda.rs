@@ -21,8 +21,8 @@ use joinkit_partition::{BucketChains, Partitioner};
 use joinkit_primitives::Scan;
 
 use crate::copart::{
-    CoJoined, CoPartitionJoin, CoSide, CoWant, MAX_BUILD_CAPACITY, MIX_SEED, Pieces, check_chains,
-    check_piece_args, check_sides,
+    CoJoined, CoPartitionJoin, CoSide, CoWant, MAX_BUILD_CAPACITY, MIX_SEED, Pieces, RANGE_SAMPLES,
+    check_chains, check_piece_args, check_sides, check_wide, within_u32,
 };
 
 static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
@@ -44,11 +44,6 @@ const BLOCK: u32 = 512;
 fn blocks_per_sm<K: Key>() -> usize {
     if K::BITS == 32 { 4 } else { 3 }
 }
-
-/// Keys of each side whose range `narrow_keys` looks at before its pass over all of them (the
-/// look costs a launch and a read-back: tens of microseconds against the pass's 1.2-1.4 ms on
-/// an H200 at 2^27 + 2^28 keys).
-const RANGE_SAMPLES: usize = 4096;
 
 /// Shared memory the kernels declare statically (item, scan and reduction scratch), kept out
 /// of the table's budget.
@@ -238,6 +233,50 @@ fn zeros<T: joinkit_cuda::Element>(b: &CudaBackend, n: usize) -> Result<DeviceBu
 
 fn key_name<K: Key>(n32: &'static str, n64: &'static str) -> &'static str {
     if K::BITS == 32 { n32 } else { n64 }
+}
+
+/// Folds up to [`RANGE_SAMPLES`] evenly spaced 8-byte `keys` into `range` (least, greatest).
+fn sample_range<K: Key>(
+    b: &CudaBackend,
+    keys: &DeviceBuffer<K>,
+    range: &DeviceBuffer<u64>,
+) -> Result<()> {
+    let args = [
+        Arg::U64(keys.device_ptr()),
+        Arg::U64(keys.len() as u64),
+        Arg::U64(RANGE_SAMPLES as u64),
+        Arg::U64(range.device_ptr()),
+    ];
+    // Reads up to RANGE_SAMPLES keys of the side and writes the two range words.
+    launch_small(b, "phj_sample_range", RANGE_SAMPLES, false, &args)
+}
+
+/// The low 32 bits of 8-byte `keys`, folding every key into `range` (least, greatest).
+fn narrow_into<K: Key>(
+    b: &CudaBackend,
+    keys: &DeviceBuffer<K>,
+    range: &DeviceBuffer<u64>,
+) -> Result<DeviceBuffer<u32>> {
+    let out = b.alloc::<u32>(keys.len())?;
+    if !keys.is_empty() {
+        let args = [
+            Arg::U64(keys.device_ptr()),
+            Arg::U64(keys.len() as u64),
+            Arg::U64(out.device_ptr()),
+            Arg::U64(range.device_ptr()),
+        ];
+        // Reads the side's keys, writes as many u32 and the two range words.
+        launch_small(b, "phj_narrow_keys", keys.len().div_ceil(4), false, &args)?;
+    }
+    Ok(out)
+}
+
+/// The two words of a range the kernels folded keys into.
+fn read_range(b: &CudaBackend, range: &DeviceBuffer<u64>) -> Result<(u64, u64)> {
+    match b.download(range)?[..] {
+        [least, greatest] => Ok((least, greatest)),
+        _ => Err(Error::Corrupt("the key range is two words".into())),
+    }
 }
 
 /// A scalar argument of a bookkeeping kernel (device addresses are `U64`).
@@ -456,48 +495,32 @@ impl CoPartitionJoin for CudaBackend {
         }
         // Least and greatest key so far; the kernels only lower and raise them.
         let range = self.upload(&[u64::MAX, 0])?;
-        let fits = || -> Result<bool> {
-            let [least, greatest] = self.download(&range)?[..] else {
-                return Err(Error::Corrupt("the key range is two words".into()));
-            };
-            Ok(least > greatest || greatest - least <= u64::from(u32::MAX))
-        };
         // A look at a few keys first: the pass below is wasted on keys too spread to narrow.
         for keys in [left, right] {
-            let args = [
-                Arg::U64(keys.device_ptr()),
-                Arg::U64(keys.len() as u64),
-                Arg::U64(RANGE_SAMPLES as u64),
-                Arg::U64(range.device_ptr()),
-            ];
-            // Reads up to RANGE_SAMPLES keys of the side and writes the two range words.
-            launch_small(self, "phj_sample_range", RANGE_SAMPLES, false, &args)?;
+            sample_range(self, keys, &range)?;
         }
-        if !fits()? {
+        if !within_u32(read_range(self, &range)?) {
             return Ok(None);
         }
-        let narrow = |keys: &DeviceBuffer<K>| -> Result<DeviceBuffer<u32>> {
-            let out = self.alloc::<u32>(keys.len())?;
-            if !keys.is_empty() {
-                let args = [
-                    Arg::U64(keys.device_ptr()),
-                    Arg::U64(keys.len() as u64),
-                    Arg::U64(out.device_ptr()),
-                    Arg::U64(range.device_ptr()),
-                ];
-                // Reads the side's keys, writes as many u32 and the two range words.
-                launch_small(
-                    self,
-                    "phj_narrow_keys",
-                    keys.len().div_ceil(4),
-                    false,
-                    &args,
-                )?;
-            }
-            Ok(out)
-        };
-        let (l, r) = (narrow(left)?, narrow(right)?);
-        Ok(fits()?.then_some((l, r)))
+        let (l, r) = (
+            narrow_into(self, left, &range)?,
+            narrow_into(self, right, &range)?,
+        );
+        Ok(within_u32(read_range(self, &range)?).then_some((l, r)))
+    }
+
+    fn sampled_key_range<K: Key>(&self, keys: &DeviceBuffer<K>) -> Result<(u64, u64)> {
+        check_wide::<K>()?;
+        let range = self.upload(&[u64::MAX, 0])?;
+        sample_range(self, keys, &range)?;
+        read_range(self, &range)
+    }
+
+    fn low_words<K: Key>(&self, keys: &DeviceBuffer<K>) -> Result<(DeviceBuffer<u32>, (u64, u64))> {
+        check_wide::<K>()?;
+        let range = self.upload(&[u64::MAX, 0])?;
+        let low = narrow_into(self, keys, &range)?;
+        Ok((low, read_range(self, &range)?))
     }
 
     fn contiguous_pieces(

@@ -74,7 +74,7 @@ pub use chunk::{
 };
 pub use copart::{
     CPU_BUILD_CAPACITY, CPU_PROBE_CHUNK, CoJoined, CoPartitionJoin, CoSide, CoWant,
-    MAX_BUILD_CAPACITY, MIX_SEED, PairColumns, Pieces, set_cpu_phj_limits,
+    MAX_BUILD_CAPACITY, MIX_SEED, PairColumns, Pieces, set_cpu_phj_limits, within_u32,
 };
 pub use flags::MatchFlags;
 pub use hybrid::{

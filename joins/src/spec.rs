@@ -129,6 +129,7 @@ pub struct JoinOptions {
     /// the keys of both sides lie within a range of at most 2^32 values, which makes the
     /// result exact ([`crate::CoPartitionJoin::narrow_keys`]; [`crate::JoinStats::narrowed_keys`]
     /// says whether it happened). On by default; off keeps the keys' width (to measure it).
+    /// The distributed joins read it too: they narrow every rank's keys before the shuffle.
     /// Not taken by a PHJ-OM `join_columns` whose match does not write the payloads itself
     /// (anything but an inner join with one `u32`/`u64` payload column a side, or two of one
     /// of those types): its payload columns are partitioned after the match with the keys.

@@ -18,12 +18,16 @@ pub struct DistributedStats {
     /// Keys found heavy and handled by replication (0 without skew handling).
     pub heavy_keys: usize,
     /// This rank's phases in order with their times in milliseconds (the backend's timing:
-    /// CUDA events or the wall clock): `plan` (size exchange, heavy-key sample, compression
-    /// decisions), `partition` (hash partition by destination, heavy rows split off),
-    /// `shuffle` (counts, then rows; for a replicated side, the all-gather), `local join`, or
-    /// for a pipelined probe side `pipelined probe` (its wall time, chunk shuffles and probes
-    /// overlapped), `gather` (to rank 0).
+    /// CUDA events or the wall clock): `narrow` (8-byte keys to their low 32 bits where every
+    /// rank's keys allow it), `plan` (size exchange, heavy-key sample, compression decisions),
+    /// `partition` (hash partition by destination, heavy rows split off), `shuffle` (counts,
+    /// then rows; for a replicated side, the all-gather), `local join`, or for a pipelined
+    /// probe side `pipelined probe` (its wall time, chunk shuffles and probes overlapped),
+    /// `gather` (to rank 0).
     pub phases: Vec<(&'static str, f64)>,
+    /// Whether the 8-byte keys moved and joined as their low 32 bits (every rank's keys of
+    /// both sides within 2^32 values).
+    pub narrowed_keys: bool,
     /// Bytes of rows this rank sent to other ranks (keys and columns; a two-level shuffle
     /// moves some of them twice).
     pub bytes_sent: u64,
