@@ -47,7 +47,7 @@ pub mod nccl;
 
 use std::time::Duration;
 
-pub use joinkit_cuda::{Backend, Element, Error, Result};
+pub use joinkit_cuda::{Backend, Column, ColumnRef, Element, Error, Result};
 pub use local::{LocalComm, LocalWorld};
 
 /// Settings every communicator takes.
@@ -83,6 +83,10 @@ impl CommConfig {
 
 /// What a buffer collective returns: the rows received, and how many came from each rank.
 pub type Received<B, T> = (<B as Backend>::Buf<T>, Vec<usize>);
+
+/// What [`Communicator::all_to_all_v_columns`] returns: the columns received, in order, and
+/// how many rows came from each rank.
+pub type ReceivedColumns<B> = (Vec<Column<B>>, Vec<usize>);
 
 /// How [`Communicator::all_reduce`] combines the ranks' values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +191,56 @@ pub trait Communicator: Send + Sized {
         send_counts: &[usize],
     ) -> Result<Received<Self::Backend, T>> {
         self.all_to_all_v(backend, send, send_counts)
+    }
+
+    /// [`Communicator::all_to_all_v_any_order`] of the columns of one table at once: the rows
+    /// of every column go alike (`send_counts` of each to each rank), and come back in order,
+    /// row-aligned with each other. A transport may exchange the counts and agree on the
+    /// receives once and move every column in one group (NCCL: one group of larger messages,
+    /// where a call per column pays a count exchange and an agreement each); the default moves
+    /// column after column.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_to_all_v`]; [`Error::LengthMismatch`] for columns of different
+    /// lengths (by default on the rank that passed them, after the exchange).
+    fn all_to_all_v_columns(
+        &self,
+        backend: &Self::Backend,
+        columns: &[ColumnRef<'_, Self::Backend>],
+        send_counts: &[usize],
+    ) -> Result<ReceivedColumns<Self::Backend>> {
+        let mut counts = Vec::new();
+        let mut moved = Vec::with_capacity(columns.len());
+        for c in columns {
+            moved.push(match c {
+                ColumnRef::U32(b) => self
+                    .all_to_all_v_any_order(backend, *b, send_counts)
+                    .map(|(r, n)| (Column::U32(r), n)),
+                ColumnRef::I32(b) => self
+                    .all_to_all_v_any_order(backend, *b, send_counts)
+                    .map(|(r, n)| (Column::I32(r), n)),
+                ColumnRef::U64(b) => self
+                    .all_to_all_v_any_order(backend, *b, send_counts)
+                    .map(|(r, n)| (Column::U64(r), n)),
+                ColumnRef::I64(b) => self
+                    .all_to_all_v_any_order(backend, *b, send_counts)
+                    .map(|(r, n)| (Column::I64(r), n)),
+            });
+        }
+        let mut out = Vec::with_capacity(columns.len());
+        for m in moved {
+            let (column, n) = m?;
+            counts = n;
+            out.push(column);
+        }
+        for c in &out {
+            Error::check_len(
+                "all_to_all_v_columns: columns of one table",
+                out[0].len(),
+                c.len(),
+            )?;
+        }
+        Ok((out, counts))
     }
 
     /// As [`Communicator::all_gather_v`], with the freedom of

@@ -22,9 +22,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use joinkit_cuda::cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream, cuStreamQuery};
-use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Element, Error, Result};
+use joinkit_cuda::{Backend, Column, ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result};
 
-use crate::{CommConfig, Communicator, send_offsets, total};
+use crate::{CommConfig, Communicator, ReceivedColumns, send_offsets, total};
 
 /// Environment variable naming the NCCL library to open (a path or a file name), tried before
 /// the usual names.
@@ -738,15 +738,42 @@ impl NcclComm {
         send: &DeviceBuffer<T>,
         send_counts: &[usize],
     ) -> Result<(Vec<usize>, DeviceBuffer<T>, Vec<usize>, Vec<usize>)> {
+        let (offsets_sent, recv_counts, starts) = self.exchange_counts(
+            op,
+            backend,
+            (send.len(), std::mem::size_of::<T>() as u64),
+            send_counts,
+            Ok(()),
+        )?;
+        let recv = self.agree(op, total(&recv_counts).and_then(|n| backend.alloc::<T>(n)))?;
+        Ok((offsets_sent, recv, recv_counts, starts))
+    }
+
+    /// The count exchange of [`Self::prepare_all_to_all`] for `rows` rows of `row_bytes` bytes
+    /// (the same on every rank: an element size, or a table's row width), after the caller's
+    /// own check of its input (`checked`): this rank's send offsets, the rows from each peer
+    /// and where each peer's rows start (modulo [`ALIGN_ROWS`]).
+    #[allow(clippy::type_complexity)]
+    fn exchange_counts(
+        &self,
+        op: &'static str,
+        backend: &CudaBackend,
+        (rows, row_bytes): (usize, u64),
+        send_counts: &[usize],
+        checked: Result<()>,
+    ) -> Result<(Vec<usize>, Vec<usize>, Vec<usize>)> {
         const WORDS: usize = 3;
-        let local = self
-            .check_backend(backend)
-            .and_then(|()| send_offsets(self.size, send_counts, send.len()));
-        let element = std::mem::size_of::<T>() as u64;
+        let local = checked
+            .and_then(|()| self.check_backend(backend))
+            .and_then(|()| send_offsets(self.size, send_counts, rows));
         let header: Vec<u64> = (0..self.size)
             .flat_map(|p| match &local {
-                Ok(at) => [send_counts[p] as u64, element, (at[p] % ALIGN_ROWS) as u64],
-                Err(_) => [POISON, element, 0],
+                Ok(at) => [
+                    send_counts[p] as u64,
+                    row_bytes,
+                    (at[p] % ALIGN_ROWS) as u64,
+                ],
+                Err(_) => [POISON, row_bytes, 0],
             })
             .collect();
         let per_peer = vec![WORDS; self.size];
@@ -764,13 +791,12 @@ impl NcclComm {
         )?;
         let got = self.backend.download(&header_recv)?;
         let offsets_sent = local?;
-        let recv_counts = received_counts(op, &got, WORDS, element)?;
+        let recv_counts = received_counts(op, &got, WORDS, row_bytes)?;
         let starts = got
             .chunks(WORDS)
             .map(|w| w[2] as usize % ALIGN_ROWS)
             .collect();
-        let recv = self.agree(op, total(&recv_counts).and_then(|n| backend.alloc::<T>(n)))?;
-        Ok((offsets_sent, recv, recv_counts, starts))
+        Ok((offsets_sent, recv_counts, starts))
     }
 
     /// An all-gather's length exchange and receive buffer (as [`Self::prepare_all_to_all`]).
@@ -963,6 +989,71 @@ impl Communicator for NcclComm {
             .collect();
         self.move_cut(OP, backend, (send, &sent), (&recv, &got))?;
         Ok((recv, recv_counts))
+    }
+
+    fn all_to_all_v_columns(
+        &self,
+        backend: &CudaBackend,
+        columns: &[ColumnRef<'_, CudaBackend>],
+        send_counts: &[usize],
+    ) -> Result<ReceivedColumns<CudaBackend>> {
+        const OP: &str = "all_to_all_v_columns";
+        // Each column's address and element width.
+        let parts: Vec<(CUdeviceptr, usize, usize)> = columns
+            .iter()
+            .map(|c| match c {
+                ColumnRef::U32(b) => (b.device_ptr(), b.len(), 4),
+                ColumnRef::I32(b) => (b.device_ptr(), b.len(), 4),
+                ColumnRef::U64(b) => (b.device_ptr(), b.len(), 8),
+                ColumnRef::I64(b) => (b.device_ptr(), b.len(), 8),
+            })
+            .collect();
+        let rows = parts.first().map_or(0, |p| p.1);
+        let checked = parts.iter().try_for_each(|p| {
+            Error::check_len("all_to_all_v_columns: columns of one table", rows, p.1)
+        });
+        let row_bytes = parts.iter().map(|p| p.2 as u64).sum();
+        let (offsets_sent, recv_counts, starts) =
+            self.exchange_counts(OP, backend, (rows, row_bytes), send_counts, checked)?;
+        let received: Vec<Column<CudaBackend>> = self.agree(
+            OP,
+            total(&recv_counts).and_then(|n| {
+                columns
+                    .iter()
+                    .map(|c| {
+                        Ok(match c {
+                            ColumnRef::U32(_) => Column::U32(backend.alloc(n)?),
+                            ColumnRef::I32(_) => Column::I32(backend.alloc(n)?),
+                            ColumnRef::U64(_) => Column::U64(backend.alloc(n)?),
+                            ColumnRef::I64(_) => Column::I64(backend.alloc(n)?),
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            }),
+        )?;
+        let sent: Vec<(usize, Cut)> = (0..self.size)
+            .map(|p| (offsets_sent[p], Cut::of(offsets_sent[p], send_counts[p])))
+            .collect();
+        let got: Vec<Cut> = (starts.iter().zip(&recv_counts))
+            .map(|(&start, &rows)| Cut::of(start, rows))
+            .collect();
+        // Every column's transfers in one group: with each peer, column after column, alike
+        // on both sides.
+        let transfers: Vec<Transfer> = parts
+            .iter()
+            .zip(&received)
+            .flat_map(|(&(send, _, width), recv)| {
+                let recv = match recv {
+                    Column::U32(c) => c.device_ptr(),
+                    Column::I32(c) => c.device_ptr(),
+                    Column::U64(c) => c.device_ptr(),
+                    Column::I64(c) => c.device_ptr(),
+                };
+                any_order_transfers((send, &sent), (recv, &got), width)
+            })
+            .collect();
+        self.transfer(OP, backend, &transfers)?;
+        Ok((received, recv_counts))
     }
 
     fn all_gather_v_any_order<T: Element>(

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use joinkit_comm::{CommConfig, Communicator, LocalWorld, ReduceOp};
-use joinkit_cuda::{Backend, CpuBackend, Error};
+use joinkit_cuda::{Backend, Buffer, Column, ColumnRef, CpuBackend, Error};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -44,6 +44,28 @@ fn check_all_to_all<B: Backend>(counts: &[Vec<usize>], open: &(dyn Fn() -> B + S
             .collect();
         assert_eq!(got, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
         assert_eq!(b.download(&recv)?, want, "rank {me}");
+        // The same rows as a table of two columns (the second each stamp's low word).
+        let low: Vec<u32> = b.download(&send)?.iter().map(|&v| v as u32).collect();
+        let low = b.upload(&low)?;
+        let refs = [ColumnRef::U64(&send), ColumnRef::U32(&low)];
+        let (cols, got) = comm.all_to_all_v_columns(&b, &refs, &counts[me])?;
+        assert_eq!(got, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
+        match &cols[..] {
+            [Column::U64(w), Column::U32(l)] => {
+                let (w, l) = (b.download(w)?, b.download(l)?);
+                assert_eq!(w, want, "rank {me}");
+                assert!(w.iter().zip(&l).all(|(&w, &l)| w as u32 == l), "rank {me}");
+            }
+            _ => panic!("rank {me}: {} columns of other types", cols.len()),
+        }
+        // A column shorter than the others: an error wherever one was passed (a peer's may
+        // reach the others as theirs).
+        let short = b.upload(&vec![0u32; send.len().saturating_sub(1)])?;
+        let uneven = [ColumnRef::U64(&send), ColumnRef::U32(&short)];
+        let r = comm.all_to_all_v_columns(&b, &uneven, &counts[me]);
+        if !send.is_empty() {
+            assert!(r.is_err(), "rank {me}");
+        }
         // The same rows all-gathered: every rank's send buffer, in rank order.
         let (all, lens) = comm.all_gather_v(&b, &send)?;
         let want: Vec<u64> = (0..ranks)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use joinkit_comm::nccl::{NcclComm, UniqueId, version};
 use joinkit_comm::{CommConfig, Communicator, ReduceOp};
 use joinkit_cuda::testing::{cuda_or_skip, gpu_required, gpus_or_skip};
-use joinkit_cuda::{Backend, CudaBackend, Error};
+use joinkit_cuda::{Backend, Column, ColumnRef, CudaBackend, Error};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -249,6 +249,25 @@ fn every_gpu_exchanges_random_counts_and_splits() {
             got.iter().zip(&got_low).all(|(&w, &l)| w as u32 == l),
             "rank {me}"
         );
+        // The same rows as one table of three columns in one call: the single calls' order.
+        let neg: Vec<i64> = send.iter().map(|&v| -(v as i64)).collect();
+        let (send_cols, low_cols, neg_cols) = (b.upload(&send)?, b.upload(&low)?, b.upload(&neg)?);
+        let refs = [
+            ColumnRef::U64(&send_cols),
+            ColumnRef::U32(&low_cols),
+            ColumnRef::I64(&neg_cols),
+        ];
+        let (cols, from) = comm.all_to_all_v_columns(b, &refs, &counts[me])?;
+        assert_eq!(from, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
+        match &cols[..] {
+            [Column::U64(w), Column::U32(l), Column::I64(n)] => {
+                assert_eq!(b.download(w)?, got, "rank {me}");
+                assert_eq!(b.download(l)?, got_low, "rank {me}");
+                let n = b.download(n)?;
+                assert!(got.iter().zip(&n).all(|(&w, &n)| n == -(w as i64)));
+            }
+            other => panic!("rank {me}: {} columns of other types", other.len()),
+        }
         let mut sorted = got;
         sorted.sort_unstable();
         let mut want_sorted = want;

@@ -15,7 +15,30 @@ pub enum Column<B: Backend> {
     I64(B::Buf<i64>),
 }
 
+/// A borrowed [`Column`]: a column of any [`crate::Element`] type that its owner keeps (a
+/// table's keys beside its payload columns, for an operation over all of them at once).
+pub enum ColumnRef<'a, B: Backend> {
+    /// 4-byte unsigned.
+    U32(&'a B::Buf<u32>),
+    /// 4-byte signed.
+    I32(&'a B::Buf<i32>),
+    /// 8-byte unsigned.
+    U64(&'a B::Buf<u64>),
+    /// 8-byte signed.
+    I64(&'a B::Buf<i64>),
+}
+
 impl<B: Backend> Column<B> {
+    /// The column, borrowed.
+    pub fn as_column_ref(&self) -> ColumnRef<'_, B> {
+        match self {
+            Column::U32(c) => ColumnRef::U32(c),
+            Column::I32(c) => ColumnRef::I32(c),
+            Column::U64(c) => ColumnRef::U64(c),
+            Column::I64(c) => ColumnRef::I64(c),
+        }
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         crate::each_column!(self, c => c.len())

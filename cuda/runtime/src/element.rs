@@ -42,6 +42,17 @@ pub trait Element:
     fn to_bits(self) -> u64;
     /// The element with the low `BITS` bits of `bits` as its pattern.
     fn from_bits(bits: u64) -> Self;
+
+    /// `buf` as a borrowed column of this type (a table's keys beside its payloads).
+    fn column_ref<B: crate::Backend>(buf: &B::Buf<Self>) -> crate::ColumnRef<'_, B>;
+
+    /// The buffer of a column of this type; the column back when it holds another type.
+    ///
+    /// # Errors
+    /// The column itself when it is not of this type.
+    fn from_column<B: crate::Backend>(
+        column: crate::Column<B>,
+    ) -> std::result::Result<B::Buf<Self>, crate::Column<B>>;
 }
 
 /// A join or sort key: an unsigned integer whose bit pattern orders like its value.
@@ -72,7 +83,7 @@ pub trait Key: Element + Ord + Hash {
 }
 
 macro_rules! element {
-    ($($t:ty, $unsigned:ty => $name:literal),* $(,)?) => {$(
+    ($($t:ty, $unsigned:ty, $variant:ident => $name:literal),* $(,)?) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
@@ -85,10 +96,26 @@ macro_rules! element {
             fn from_bits(bits: u64) -> Self {
                 bits as $unsigned as $t
             }
+            fn column_ref<B: crate::Backend>(buf: &B::Buf<Self>) -> crate::ColumnRef<'_, B> {
+                crate::ColumnRef::$variant(buf)
+            }
+            fn from_column<B: crate::Backend>(
+                column: crate::Column<B>,
+            ) -> std::result::Result<B::Buf<Self>, crate::Column<B>> {
+                match column {
+                    crate::Column::$variant(buf) => Ok(buf),
+                    other => Err(other),
+                }
+            }
         }
     )*};
 }
-element!(u32, u32 => "u32", u64, u64 => "u64", i32, u32 => "i32", i64, u64 => "i64");
+element!(
+    u32, u32, U32 => "u32",
+    u64, u64, U64 => "u64",
+    i32, u32, I32 => "i32",
+    i64, u64, I64 => "i64",
+);
 
 impl Key for u32 {
     const MAX: Self = u32::MAX;

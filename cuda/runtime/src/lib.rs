@@ -40,7 +40,7 @@ pub mod hash;
 pub mod testing;
 
 pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
-pub use column::Column;
+pub use column::{Column, ColumnRef};
 pub use cpu::{
     CpuBackend, PARALLEL_THRESHOLD, copy_parallel, copy_parallel_uninit, try_reserved, try_zeroed,
 };

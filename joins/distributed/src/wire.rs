@@ -11,7 +11,9 @@ use std::time::Instant;
 use joinkit::Table;
 use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
 use joinkit_comm::{Communicator, ReduceOp, total};
-use joinkit_cuda::{Backend, Buffer, Element, Error, Key, Result, each_column, map_column};
+use joinkit_cuda::{
+    Backend, Buffer, Column, ColumnRef, Element, Error, Key, Result, each_column, map_column,
+};
 
 use crate::Compression;
 use crate::shuffle::settle;
@@ -581,6 +583,9 @@ where
     C::Backend: Codec,
     K: Key,
 {
+    if let (false, Pattern::AllToAll(to), Arrival::Any) = (wire.compresses(), pattern, arrival) {
+        return move_raw_columns(comm, b, table, to, (wire, traffic));
+    }
     let counts = pattern.counts(table.len());
     let (encoded, rows) = if wire.compresses() {
         let encoded = settle(
@@ -625,5 +630,38 @@ where
         .collect::<Vec<Result<_>>>();
     let keys = keys?;
     let payloads = payloads.into_iter().collect::<Result<Vec<_>>>()?;
+    Table::new(keys, payloads)
+}
+
+/// A raw shuffle of `table` (`send_counts` rows to each rank, arriving in any order): every
+/// column in one [`Communicator::all_to_all_v_columns`], one count exchange and one group
+/// for the table instead of one of each per column.
+fn move_raw_columns<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    table: &Table<C::Backend, K>,
+    send_counts: &[usize],
+    (wire, traffic): (&Wire, &mut Traffic),
+) -> Result<Table<C::Backend, K>>
+where
+    C: Communicator,
+    K: Key,
+{
+    let columns: Vec<ColumnRef<'_, C::Backend>> = std::iter::once(K::column_ref(&table.keys))
+        .chain(table.payloads.iter().map(Column::as_column_ref))
+        .collect();
+    let (mut moved, _) = comm.all_to_all_v_columns(b, &columns, send_counts)?;
+    let (me, ranks) = (comm.rank(), comm.size());
+    for (i, c) in moved.iter().enumerate() {
+        let raw = Pattern::AllToAll(send_counts).away(send_counts, me, ranks, c.width());
+        traffic.add(wire, i, raw, raw);
+    }
+    let payloads = moved.split_off(1.min(moved.len()));
+    let keys = moved
+        .pop()
+        .ok_or_else(|| Error::Corrupt("no key column came back".into()))
+        .and_then(|k| {
+            K::from_column(k).map_err(|_| Error::Corrupt("keys came back as another type".into()))
+        })?;
     Table::new(keys, payloads)
 }
