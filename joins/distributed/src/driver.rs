@@ -5,12 +5,12 @@ use joinkit::{
     CoPartitionJoin, JoinBackend, JoinOptions, Materialized, Table, check_rows, join_columns,
 };
 use joinkit_codec::Codec;
-use joinkit_comm::{Communicator, ReduceOp};
+use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
 use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_phase};
-use crate::shuffle::{TwoLevel, partition, row_bytes, settle, shuffle_side};
+use crate::shuffle::{TwoLevel, partition, row_bytes, settle, settle_gather, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
 use crate::wire::{Arrival, Level, Links, Pattern, Traffic, move_table, plan_wire};
 use crate::{
@@ -56,14 +56,15 @@ where
     C::Backend: DistributedBackend,
     K: Key,
 {
-    let packed = settle(
+    let rows = settle_gather(
         comm,
         "row ids",
+        2,
         check_rows(left.len())
             .and_then(|()| check_rows(right.len()))
-            .map(|()| (left.len(), right.len())),
-    )
-    .and_then(|rows| packed_row_bits(comm, rows))?;
+            .map(|()| vec![left.len() as u64, right.len() as u64]),
+    )?;
+    let packed = packed_row_bits(comm.size(), &rows);
     let ids = |n: usize| -> Result<Column<C::Backend>> {
         Ok(match packed {
             Some(row_bits) => {
@@ -118,15 +119,15 @@ where
 }
 
 /// The row bits of 4-byte global row ids, `rank << row_bits | row`, when every rank's rows of
-/// both sides (`rows` here) and the ranks fit 32 bits together: the shuffle and the local join
-/// then move 4 bytes an id instead of 8 (the output is unpacked into [`global_row`]'s layout).
-fn packed_row_bits<C: Communicator>(comm: &C, rows: (usize, usize)) -> Result<Option<u32>> {
-    let most = comm.all_reduce(&[rows.0 as u64, rows.1 as u64], ReduceOp::Max)?;
+/// both sides (`rows`: each rank's left and right rows) and the `ranks` fit 32 bits together:
+/// the shuffle and the local join then move 4 bytes an id instead of 8 (the output is unpacked
+/// into [`global_row`]'s layout).
+fn packed_row_bits(ranks: usize, rows: &[Vec<u64>]) -> Option<u32> {
+    let most = rows.iter().flatten().copied().max().unwrap_or(0);
     // Bits that hold every value below `n`.
     let bits = |n: u64| u64::BITS - n.saturating_sub(1).leading_zeros();
-    let row_bits = bits(most[0].max(most[1]));
-    let rank_bits = bits(comm.size() as u64);
-    Ok((row_bits + rank_bits <= 32).then_some(row_bits))
+    let row_bits = bits(most);
+    (row_bits + bits(ranks as u64) <= 32).then_some(row_bits)
 }
 
 /// Joins two tables spread over the ranks of `comm` and returns this rank's part of the
@@ -212,15 +213,16 @@ where
         }
         Ok(())
     })();
-    settle(comm, "input check", local_check)?;
-    if comm.all_gather(&[mine])?.iter().any(|&h| h != mine) {
+    let words = local_check.map(|()| vec![mine, left.len() as u64, right.len() as u64]);
+    let all = settle_gather(comm, "input check", 3, words)?;
+    if all.iter().any(|w| w[0] != mine) {
         return Err(Error::RanksDisagree(format!(
             "the ranks' inputs or options differ; rank {} has {text}",
             comm.rank()
         )));
     }
     let mut clock = Clock::new();
-    let sizes = comm.all_reduce(&[left.len() as u64, right.len() as u64], ReduceOp::Sum)?;
+    let sizes = [1, 2].map(|i| all.iter().map(|w| w[i]).sum::<u64>());
     if ranks > 1 && K::BITS == 64 && opts.join.narrow_keys {
         let narrowed = clock.phase(b, "narrow", || narrow_tables(comm, b, left, right))?;
         return match narrowed {
@@ -264,17 +266,21 @@ where
     C::Backend: DistributedBackend,
     K: Key,
 {
+    const OP: &str = "narrowing keys";
     let span = |a: (u64, u64), c: (u64, u64)| (a.0.min(c.0), a.1.max(c.1));
-    // Every rank's range: the least as the greatest of its complement.
-    let everywhere = |(least, greatest): (u64, u64)| -> Result<bool> {
-        let r = comm.all_reduce(&[!least, greatest], ReduceOp::Max)?;
-        Ok(joinkit::within_u32((!r[0], r[1])))
+    // Every rank's range (each rank's own, agreed on with its success) within 2^32 values.
+    let everywhere = |ranges: Vec<Vec<u64>>| {
+        let all = ranges
+            .iter()
+            .fold((u64::MAX, 0), |acc, r| span(acc, (r[0], r[1])));
+        joinkit::within_u32(all)
     };
     let look = (|| {
         let l = b.sampled_key_range(&left.keys)?;
-        Ok(span(l, b.sampled_key_range(&right.keys)?))
+        let (least, greatest) = span(l, b.sampled_key_range(&right.keys)?);
+        Ok(vec![least, greatest])
     })();
-    if !everywhere(settle(comm, "narrowing keys", look)?)? {
+    if !everywhere(settle_gather(comm, OP, 2, look)?) {
         return Ok(Narrowed::Kept(left, right));
     }
     let low = (|| {
@@ -282,10 +288,15 @@ where
         let (r, r_range) = b.low_words(&right.keys)?;
         Ok((l, r, span(l_range, r_range)))
     })();
-    let (l, r, range) = settle(comm, "narrowing keys", low)?;
-    if !everywhere(range)? {
+    // The narrowed keys stay here; their range goes to the others.
+    let (range, low) = match low {
+        Ok((l, r, (least, greatest))) => (Ok(vec![least, greatest]), Some((l, r))),
+        Err(e) => (Err(e), None),
+    };
+    let ranges = settle_gather(comm, OP, 2, range)?;
+    let (Some((l, r)), true) = (low, everywhere(ranges)) else {
         return Ok(Narrowed::Kept(left, right));
-    }
+    };
     // As many keys as before: the payloads still fit them.
     let table = |keys, payloads| Table { keys, payloads };
     Ok(Narrowed::Low(
@@ -656,31 +667,31 @@ fn gather_to_root<C: Communicator>(
 
 #[cfg(test)]
 mod tests {
-    use joinkit_comm::{CommConfig, Communicator, LocalComm, LocalWorld};
-    use joinkit_cuda::CpuBackend;
-
     use super::packed_row_bits;
 
     /// 4-byte ids where the largest side's rows and the ranks fit 32 bits, else none.
     #[test]
     fn row_ids_pack_where_rows_and_ranks_fit_32_bits() {
         for (ranks, rows, want) in [
-            (4, (1usize << 28, 1usize << 27), Some(28)),
+            (4, (1u64 << 28, 1u64 << 27), Some(28)),
             (4, (3, 1 << 30), Some(30)),
             (4, ((1 << 30) + 1, 0), None),
             (1, ((1 << 32) - 1, 0), Some(32)),
             (1, (0, 0), Some(0)),
             (3, (5, 0), Some(3)),
         ] {
-            let world = LocalWorld::new(ranks, CommConfig::default()).unwrap();
             // Only rank 0 holds the rows: the largest count decides.
-            let got = world.run(|comm: LocalComm<CpuBackend>| {
-                let mine = if comm.rank() == 0 { rows } else { (0, 0) };
-                packed_row_bits(&comm, mine)
-            });
-            for g in got {
-                assert_eq!(g.unwrap(), want, "{ranks} ranks, rows {rows:?}");
-            }
+            let all: Vec<Vec<u64>> = (0..ranks)
+                .map(|r| match r {
+                    0 => vec![rows.0, rows.1],
+                    _ => vec![0, 0],
+                })
+                .collect();
+            assert_eq!(
+                packed_row_bits(ranks, &all),
+                want,
+                "{ranks} ranks, rows {rows:?}"
+            );
         }
     }
 }
