@@ -209,29 +209,31 @@ pub trait Communicator: Send + Sized {
         columns: &[ColumnRef<'_, Self::Backend>],
         send_counts: &[usize],
     ) -> Result<ReceivedColumns<Self::Backend>> {
-        let mut counts = Vec::new();
-        let mut moved = Vec::with_capacity(columns.len());
-        for c in columns {
-            moved.push(match c {
-                ColumnRef::U32(b) => self
-                    .all_to_all_v_any_order(backend, *b, send_counts)
-                    .map(|(r, n)| (Column::U32(r), n)),
-                ColumnRef::I32(b) => self
-                    .all_to_all_v_any_order(backend, *b, send_counts)
-                    .map(|(r, n)| (Column::I32(r), n)),
-                ColumnRef::U64(b) => self
-                    .all_to_all_v_any_order(backend, *b, send_counts)
-                    .map(|(r, n)| (Column::U64(r), n)),
-                ColumnRef::I64(b) => self
-                    .all_to_all_v_any_order(backend, *b, send_counts)
-                    .map(|(r, n)| (Column::I64(r), n)),
-            });
+        fn one<C: Communicator, T: Element>(
+            comm: &C,
+            backend: &C::Backend,
+            send: &<C::Backend as Backend>::Buf<T>,
+            send_counts: &[usize],
+        ) -> Result<ReceivedColumns<C::Backend>> {
+            let (recv, counts) = comm.all_to_all_v_any_order(backend, send, send_counts)?;
+            Ok((vec![T::into_column(recv)], counts))
         }
+        // Every column moves, whatever happened to the ones before (collectives stay in step).
+        let moved: Vec<_> = columns
+            .iter()
+            .map(|c| match c {
+                ColumnRef::U32(b) => one(self, backend, *b, send_counts),
+                ColumnRef::I32(b) => one(self, backend, *b, send_counts),
+                ColumnRef::U64(b) => one(self, backend, *b, send_counts),
+                ColumnRef::I64(b) => one(self, backend, *b, send_counts),
+            })
+            .collect();
+        let mut counts = Vec::new();
         let mut out = Vec::with_capacity(columns.len());
         for m in moved {
             let (column, n) = m?;
             counts = n;
-            out.push(column);
+            out.extend(column);
         }
         for c in &out {
             Error::check_len(

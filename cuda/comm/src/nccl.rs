@@ -978,17 +978,14 @@ impl Communicator for NcclComm {
         send: &DeviceBuffer<T>,
         send_counts: &[usize],
     ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
-        const OP: &str = "all_to_all_v";
-        let (offsets_sent, recv, recv_counts, starts) =
-            self.prepare_all_to_all(OP, backend, send, send_counts)?;
-        let sent: Vec<(usize, Cut)> = (0..self.size)
-            .map(|p| (offsets_sent[p], Cut::of(offsets_sent[p], send_counts[p])))
-            .collect();
-        let got: Vec<Cut> = (starts.iter().zip(&recv_counts))
-            .map(|(&start, &rows)| Cut::of(start, rows))
-            .collect();
-        self.move_cut(OP, backend, (send, &sent), (&recv, &got))?;
-        Ok((recv, recv_counts))
+        // A table of one column.
+        let (mut columns, counts) =
+            self.all_to_all_v_columns(backend, &[T::column_ref(send)], send_counts)?;
+        let recv = columns
+            .pop()
+            .and_then(|c| T::from_column(c).ok())
+            .ok_or_else(|| Error::Corrupt("all_to_all_v: the column came back changed".into()))?;
+        Ok((recv, counts))
     }
 
     fn all_to_all_v_columns(

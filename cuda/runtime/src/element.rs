@@ -46,6 +46,9 @@ pub trait Element:
     /// `buf` as a borrowed column of this type (a table's keys beside its payloads).
     fn column_ref<B: crate::Backend>(buf: &B::Buf<Self>) -> crate::ColumnRef<'_, B>;
 
+    /// `buf` as a column of this type.
+    fn into_column<B: crate::Backend>(buf: B::Buf<Self>) -> crate::Column<B>;
+
     /// The buffer of a column of this type; the column back when it holds another type.
     ///
     /// # Errors
@@ -98,6 +101,9 @@ macro_rules! element {
             }
             fn column_ref<B: crate::Backend>(buf: &B::Buf<Self>) -> crate::ColumnRef<'_, B> {
                 crate::ColumnRef::$variant(buf)
+            }
+            fn into_column<B: crate::Backend>(buf: B::Buf<Self>) -> crate::Column<B> {
+                crate::Column::$variant(buf)
             }
             fn from_column<B: crate::Backend>(
                 column: crate::Column<B>,
