@@ -12,7 +12,8 @@
 //!
 //! Collectives: all-gather and all-reduce of small host values (`u64`), a variable-size
 //! all-to-all of buffers ([`Communicator::all_to_all_v`]: counts exchanged first, receivers
-//! allocate from them, then the data moves), a variable-size all-gather of buffers, and
+//! allocate from them, then the data moves; [`Communicator::all_to_all_v_columns`] moves the
+//! columns of one table at once), a variable-size all-gather of buffers, and
 //! [`Communicator::split`] into sub-communicators (the node-local and same-local-rank "rail"
 //! groups of a two-level shuffle). [`Communicator::agree`] turns one rank's error into an error
 //! on every rank.
