@@ -286,15 +286,54 @@ pub trait Communicator: Send + Sized {
     /// # Errors
     /// `local`'s error; [`Error::PeerFailed`]; as [`Communicator::all_gather`].
     fn agree<T>(&self, op: &'static str, local: Result<T>) -> Result<T> {
-        let failed = match self.all_gather(&[u64::from(local.is_err())]) {
-            Ok(f) => f,
+        let (status, value) = match local {
+            Ok(v) => (Ok(Vec::new()), Some(v)),
+            Err(e) => (Err(e), None),
+        };
+        self.agree_gather(op, 0, status)?;
+        value.ok_or_else(|| Error::Corrupt(format!("{op}: an error agreed on as success")))
+    }
+
+    /// [`Communicator::agree`] and an all-gather in one collective: every rank's `words`
+    /// values (`local`'s) where every rank computed its own, else as `agree`. Saves a
+    /// collective where a step's agreement is followed by an exchange of what it computed.
+    ///
+    /// # Errors
+    /// As [`Communicator::agree`]; [`Error::InvalidArgument`] for values of another length
+    /// than `words`.
+    fn agree_gather(
+        &self,
+        op: &'static str,
+        words: usize,
+        local: Result<Vec<u64>>,
+    ) -> Result<Vec<Vec<u64>>> {
+        let local = local.and_then(|v| {
+            if v.len() == words {
+                Ok(v)
+            } else {
+                Err(Error::InvalidArgument(format!(
+                    "{op}: {} values to gather, {words} expected",
+                    v.len()
+                )))
+            }
+        });
+        // A failure word, then the values.
+        let mine: Vec<u64> = match &local {
+            Ok(v) => std::iter::once(0).chain(v.iter().copied()).collect(),
+            Err(_) => std::iter::once(1)
+                .chain(std::iter::repeat_n(0, words))
+                .collect(),
+        };
+        let all = match self.all_gather(&mine) {
+            Ok(all) => all,
             Err(e) => return Err(local.err().unwrap_or(e)),
         };
-        match (local, failed.iter().position(|&f| f != 0)) {
-            (Err(e), _) => Err(e),
-            (Ok(_), Some(rank)) => Err(Error::PeerFailed { rank, op }),
-            (Ok(v), None) => Ok(v),
+        local?;
+        let per_rank: Vec<&[u64]> = all.chunks(words + 1).collect();
+        if let Some(rank) = per_rank.iter().position(|c| c[0] != 0) {
+            return Err(Error::PeerFailed { rank, op });
         }
+        Ok(per_rank.iter().map(|c| c[1..].to_vec()).collect())
     }
 }
 

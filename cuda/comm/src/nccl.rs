@@ -22,7 +22,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use joinkit_cuda::cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream, cuStreamQuery};
-use joinkit_cuda::{Backend, Column, ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result};
+use joinkit_cuda::{
+    Backend, Column, ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result, each_column,
+};
 
 use crate::{CommConfig, Communicator, ReceivedColumns, send_offsets, total};
 
@@ -1040,12 +1042,7 @@ impl Communicator for NcclComm {
             .iter()
             .zip(&received)
             .flat_map(|(&(send, _, width), recv)| {
-                let recv = match recv {
-                    Column::U32(c) => c.device_ptr(),
-                    Column::I32(c) => c.device_ptr(),
-                    Column::U64(c) => c.device_ptr(),
-                    Column::I64(c) => c.device_ptr(),
-                };
+                let recv = each_column!(recv, c => c.device_ptr());
                 any_order_transfers((send, &sent), (recv, &got), width)
             })
             .collect();

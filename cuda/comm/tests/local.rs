@@ -224,6 +224,43 @@ fn disagreements_and_bad_counts_are_errors_on_every_rank() {
             })
         );
     }
+    // `agree_gather`: every rank's values when all computed them; rank 1's failure, or its
+    // values of the wrong length, everywhere otherwise.
+    for failing in [None, Some(Error::EmptyInput("test"))] {
+        let results = world.run::<CpuBackend, _, _>(|comm| {
+            let r = comm.rank() as u64;
+            let local = match (&failing, comm.rank()) {
+                (Some(e), 1) => Err(e.clone()),
+                _ => Ok(vec![r, 10 * r]),
+            };
+            comm.agree_gather("gather phase", 2, local)
+        });
+        for (rank, got) in results.into_iter().enumerate() {
+            match (&failing, rank) {
+                (None, _) => assert_eq!(got, Ok(vec![vec![0, 0], vec![1, 10], vec![2, 20]])),
+                (Some(e), 1) => assert_eq!(got, Err(e.clone())),
+                (Some(_), _) => assert_eq!(
+                    got,
+                    Err(Error::PeerFailed {
+                        rank: 1,
+                        op: "gather phase"
+                    })
+                ),
+            }
+        }
+    }
+    let results = world.run::<CpuBackend, _, _>(|comm| {
+        let local = vec![0; if comm.rank() == 1 { 3 } else { 2 }];
+        comm.agree_gather("gather phase", 2, Ok(local))
+    });
+    assert!(
+        matches!(results[1], Err(Error::InvalidArgument(_))),
+        "{:?}",
+        results[1]
+    );
+    for r in [&results[0], &results[2]] {
+        assert!(matches!(r, Err(Error::PeerFailed { rank: 1, .. })), "{r:?}");
+    }
     assert!(matches!(
         LocalWorld::new(0, CommConfig::default()),
         Err(Error::InvalidArgument(_))

@@ -29,40 +29,18 @@ pub(crate) fn settle<C: Communicator, T>(comm: &C, op: &'static str, r: Result<T
     }
 }
 
-/// [`settle`] and an all-gather in one collective: every rank's `words` values where every
-/// rank computed its own, else this rank's error, or [`Error::PeerFailed`] naming the first
-/// rank that failed. Saves a collective (about 0.2 ms over NCCL) where a step's agreement is
-/// followed by an exchange of what it computed.
+/// [`settle`] and an all-gather in one collective ([`Communicator::agree_gather`]): every
+/// rank's `words` values where every rank computed its own.
 pub(crate) fn settle_gather<C: Communicator>(
     comm: &C,
     op: &'static str,
     words: usize,
     local: Result<Vec<u64>>,
 ) -> Result<Vec<Vec<u64>>> {
-    let local = local.and_then(|v| {
-        if v.len() == words {
-            Ok(v)
-        } else {
-            Err(Error::Corrupt(format!(
-                "{op}: {} words, {words} expected",
-                v.len()
-            )))
-        }
-    });
-    let mine: Vec<u64> = match &local {
-        Ok(v) => std::iter::once(0).chain(v.iter().copied()).collect(),
-        Err(_) => std::iter::once(1).chain(vec![0; words]).collect(),
-    };
-    let all = match comm.all_gather(&mine) {
-        Ok(all) => all,
-        Err(e) => return Err(local.err().unwrap_or(e)),
-    };
-    local?;
-    let per_rank: Vec<&[u64]> = all.chunks(words + 1).collect();
-    if let Some(rank) = per_rank.iter().position(|c| c[0] != 0) {
-        return Err(Error::PeerFailed { rank, op });
+    match local {
+        Err(e @ (Error::Timeout { .. } | Error::Communication { .. })) => Err(e),
+        local => comm.agree_gather(op, words, local),
     }
-    Ok(per_rank.iter().map(|c| c[1..].to_vec()).collect())
 }
 
 /// Bytes a row of `table` takes (key and every column).
