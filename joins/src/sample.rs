@@ -1,14 +1,14 @@
 //! Duplicate statistics of a key sample, for [`crate::Algorithm::Auto`]'s plan: keys at
 //! spread positions of a column, in groups of at most [`SAMPLE_GROUP_ROWS`], each group's
-//! equal pairs and largest key count. On CUDA one launch (a block a group sorts its keys in
-//! shared memory, `kernels/sample.cu`) and one read of 24 bytes a group: about what a launch
-//! costs, where downloading the keys and sorting them on the host took 0.13–0.27 ms of an
+//! equal pairs and largest key count. On CUDA one launch (a block a group counts its keys in a
+//! shared-memory hash table, `kernels/sample.cu`) and one read of 24 bytes a group: about what
+//! a launch costs, where downloading the keys and sorting them on the host took 0.13–0.27 ms of an
 //! H200 join's plan. The CPU twin gives the same counts.
 
 use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend, CpuBackend, Key, Result};
 
-/// Most sampled rows in a group (a CUDA block's sort: 512 threads × 8 keys).
+/// Most sampled rows in a group (a CUDA block's table: 1024 threads × 4 keys).
 pub const SAMPLE_GROUP_ROWS: usize = 4096;
 
 /// Seed of the sample positions' hash (`kSampleSeed` in kernels/sample.cu).
@@ -38,10 +38,11 @@ pub trait SampleRuns: Backend {
 }
 
 /// The row of sample `j` of `samples` over `n` rows: one row in each of `samples` equal
-/// strides, at a hashed offset inside it (`samples <= n`).
+/// strides, at a hashed offset inside it (`samples <= n`; the hash scaled to the stride by the
+/// high word of a product, which the kernel computes without a division).
 pub fn sample_row(j: u64, samples: u64, n: u64) -> u64 {
     let (lo, hi) = (j * n / samples, (j + 1) * n / samples);
-    lo + hash64(j, SAMPLE_SEED) % (hi - lo)
+    lo + ((u128::from(hash64(j, SAMPLE_SEED)) * u128::from(hi - lo)) >> 64) as u64
 }
 
 /// Samples and groups for `samples` rows of a column of `n` rows.
@@ -75,15 +76,25 @@ impl SampleRuns for CpuBackend {
 
 #[cfg(feature = "cuda")]
 mod cuda {
+    use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
     use joinkit_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
     use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
 
-    use super::{SampleGroup, layout};
+    use super::{SAMPLE_GROUP_ROWS, SampleGroup, layout};
 
     static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 
     /// Threads of a group's block (`kSampleThreads` in kernels/sample.cu).
-    const THREADS: u32 = 512;
+    const THREADS: u32 = 1024;
+
+    /// Slots of a group's table (`kSampleSlots`): twice its keys.
+    const SLOTS: usize = 2 * SAMPLE_GROUP_ROWS;
+
+    /// Dynamic shared memory of a group's block: its keys and its table's 4-byte slots (48 KiB
+    /// for 4-byte keys, 64 for 8-byte; past the 48 KiB a launch gets without asking).
+    fn sample_shared_bytes<K: Key>() -> usize {
+        SAMPLE_GROUP_ROWS * size_of::<K>() + SLOTS * size_of::<u32>()
+    }
 
     impl super::SampleRuns for CudaBackend {
         fn sample_runs<K: Key>(
@@ -101,6 +112,15 @@ mod cuda {
                 "sample_runs_u64"
             };
             let f = self.function(&KERNELS, name)?;
+            let smem = sample_shared_bytes::<K>();
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(|e| Error::Driver {
+                op: "allowing the key-sample kernel's shared memory",
+                message: format!("{e:?}"),
+            })?;
             let out = self.alloc::<u64>(3 * groups as usize)?;
             let (kp, n, op) = (keys.device_ptr(), keys.len() as u64, out.device_ptr());
             let mut args = self.stream().launch_builder(&f);
@@ -108,7 +128,7 @@ mod cuda {
             let config = LaunchConfig {
                 grid_dim: (groups as u32, 1, 1),
                 block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
+                shared_mem_bytes: smem as u32,
             };
             // SAFETY: the kernel reads `samples` keys at rows below n (sample_row's strides
             // lie inside the column, samples <= n) and writes 3 words per group of `out`,

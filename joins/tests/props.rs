@@ -218,8 +218,9 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
     }
 }
 
-/// The key-sample kernel's groups equal its CPU twin's on every shape, extreme keys (the
-/// kernel pads with `K::MAX`) and sample counts from 1 to several groups included.
+/// The key-sample kernel's groups equal its CPU twin's on every shape, extreme keys (its
+/// table reserves no key value), long runs of a few keys (many slots taken by one key, every
+/// count exact) and sample counts from 1 to several groups included.
 fn check_key_samples<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
