@@ -428,10 +428,32 @@ pub fn sample_stats<B, K>(
     b: &B,
     left: &B::Buf<K>,
     right: &B::Buf<K>,
-    (left_payload_bytes, right_payload_bytes): (usize, usize),
+    payload_bytes: (usize, usize),
     opts: &JoinOptions,
     params: &ChoiceParams,
 ) -> Result<JoinInputStats>
+where
+    B: Gather + HashTables + CoPartitionJoin + SampleRuns,
+    K: Key,
+{
+    let stats = sample_stats_while(b, (left, right), payload_bytes, opts, params, || Ok(()));
+    stats.map(|(stats, ())| stats)
+}
+
+/// [`sample_stats`], with `meanwhile` run once the first sample is queued
+/// ([`SampleRuns::sample_runs_while`]): work the join will want whichever way the sample
+/// decides, done on the device while the host waits for the sample.
+///
+/// # Errors
+/// As [`sample_stats`], and `meanwhile`'s.
+pub(crate) fn sample_stats_while<B, K, R>(
+    b: &B,
+    (left, right): (&B::Buf<K>, &B::Buf<K>),
+    (left_payload_bytes, right_payload_bytes): (usize, usize),
+    opts: &JoinOptions,
+    params: &ChoiceParams,
+    meanwhile: impl FnOnce() -> Result<R>,
+) -> Result<(JoinInputStats, R)>
 where
     B: Gather + HashTables + CoPartitionJoin + SampleRuns,
     K: Key,
@@ -451,27 +473,30 @@ where
         right_rows_per_key: (!right_unique).then_some(1.0),
     };
     if left.is_empty() || right.is_empty() {
-        return Ok(stats);
+        return Ok((stats, meanwhile()?));
     }
-    let sample_right = |stats: &mut JoinInputStats| -> Result<()> {
-        let groups = b.sample_runs(right, right_sample_rows(right.len()))?;
-        stats.right_top_key_share = top_share(&groups);
+    let sample_right = |stats: &mut JoinInputStats, groups: &[SampleGroup]| {
+        stats.right_top_key_share = top_share(groups);
         if !right_unique {
-            stats.right_rows_per_key = Some(rows_per_key(&groups, right.len()));
+            stats.right_rows_per_key = Some(rows_per_key(groups, right.len()));
         }
-        Ok(())
     };
-    if !right_unique {
-        sample_right(&mut stats)?;
+    let right_rows = right_sample_rows(right.len());
+    let overlapped = if !right_unique {
+        let (groups, r) = b.sample_runs_while(right, right_rows, meanwhile)?;
+        sample_right(&mut stats, &groups);
         if stats.right_top_key_share >= params.skew_share {
             stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
         }
+        r
     } else {
-        stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
+        let (groups, r) = b.sample_runs_while(left, SAMPLE_ROWS, meanwhile)?;
+        stats.left_top_key_share = top_share(&groups);
         if stats.left_top_key_share >= params.skew_share {
-            sample_right(&mut stats)?;
+            sample_right(&mut stats, &b.sample_runs(right, right_rows)?);
         }
-    }
+        r
+    };
     // The match ratio only where the tree will look at it (it costs a read of the right keys):
     // where, without it, the choice falls to the last branch.
     stats.match_ratio = None;
@@ -492,7 +517,7 @@ where
             .sum();
         stats.match_ratio = Some(matched as f64 / rows as f64);
     }
-    Ok(stats)
+    Ok((stats, overlapped))
 }
 
 /// The most frequent key's share of a sample: the groups' largest counts over their rows.

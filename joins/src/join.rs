@@ -7,7 +7,7 @@ use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, Interleave, MergePath, Sort};
 
 use crate::choose::{
-    ChoiceParams, ChoiceReason, JoinInputStats, choose, choose_unsampled, sample_stats,
+    ChoiceParams, ChoiceReason, JoinInputStats, choose, choose_unsampled, sample_stats_while,
 };
 use crate::chunk::Budget;
 use crate::copart::{CoPartitionJoin, PairColumns};
@@ -226,11 +226,10 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 ///
 /// Where the sample can only choose between NPHJ-chained and SMJ-OM (an inner or outer join
 /// on a small right side not promised unique, [`ChoiceParams::small_right_side`]), the plan
-/// builds the chained table before it launches the sample and reads it back, and the join
-/// keeps the table when the choice is NPHJ-chained: the device builds while the host waits
-/// for the sample, so such a join pays one round trip for both instead of two (H200, 2^18
-/// rows: a 7 us build, a plan of 30 us against a 0.09 ms join). Where SMJ-OM is chosen (many
-/// rows a key, joins of 0.25 ms and more) the build is dropped.
+/// queues the chained table's build behind the sample and its copy back, and the join keeps
+/// the table when the choice is NPHJ-chained: the device builds while the host waits for the
+/// sample (H200, 2^18 rows: a 7 us build, a plan of 30 us against a 0.09 ms join). Where
+/// SMJ-OM is chosen (many rows a key, joins of 0.25 ms and more) the build is dropped.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -258,14 +257,13 @@ fn resolve<'k, B: JoinBackend, K: Key>(
         && opts.kind.has_right_rows()
         && !right.is_empty()
         && params.small_right_side(right.len());
-    let (table, sampled) = ph.run("plan", || {
-        let table = speculate
-            .then(|| b.build_table(right, &TableConfig::chained()))
-            .transpose()?;
-        Ok((
-            table,
-            sample_stats(b, left, right, payload_bytes, opts, &params)?,
-        ))
+    let (sampled, table) = ph.run("plan", || {
+        let build = || {
+            speculate
+                .then(|| b.build_table(right, &TableConfig::chained()))
+                .transpose()
+        };
+        sample_stats_while(b, (left, right), payload_bytes, opts, &params, build)
     })?;
     let (algorithm, reason) = choose(&sampled, opts.kind, &params);
     Ok(Resolved {

@@ -34,7 +34,23 @@ pub trait SampleRuns: Backend {
     ///
     /// # Errors
     /// Allocation and driver errors.
-    fn sample_runs<K: Key>(&self, keys: &Self::Buf<K>, samples: usize) -> Result<Vec<SampleGroup>>;
+    fn sample_runs<K: Key>(&self, keys: &Self::Buf<K>, samples: usize) -> Result<Vec<SampleGroup>> {
+        self.sample_runs_while(keys, samples, || Ok(()))
+            .map(|(groups, ())| groups)
+    }
+
+    /// [`SampleRuns::sample_runs`], with `meanwhile` run once the sample is queued: on CUDA
+    /// what it queues runs on the device while the host waits for the sample's statistics
+    /// alone ([`joinkit_cuda::CudaBackend::download_while`]).
+    ///
+    /// # Errors
+    /// Allocation and driver errors, and `meanwhile`'s.
+    fn sample_runs_while<K: Key, R>(
+        &self,
+        keys: &Self::Buf<K>,
+        samples: usize,
+        meanwhile: impl FnOnce() -> Result<R>,
+    ) -> Result<(Vec<SampleGroup>, R)>;
 }
 
 /// The row of sample `j` of `samples` over `n` rows: one row in each of `samples` equal
@@ -52,10 +68,15 @@ fn layout(samples: usize, n: usize) -> (u64, u64) {
 }
 
 impl SampleRuns for CpuBackend {
-    fn sample_runs<K: Key>(&self, keys: &Vec<K>, samples: usize) -> Result<Vec<SampleGroup>> {
+    fn sample_runs_while<K: Key, R>(
+        &self,
+        keys: &Vec<K>,
+        samples: usize,
+        meanwhile: impl FnOnce() -> Result<R>,
+    ) -> Result<(Vec<SampleGroup>, R)> {
         let n = keys.len() as u64;
         let (samples, groups) = layout(samples, keys.len());
-        Ok((0..groups)
+        let groups = (0..groups)
             .map(|g| {
                 let mut sample: Vec<K> = (g..samples)
                     .step_by(groups as usize)
@@ -70,7 +91,8 @@ impl SampleRuns for CpuBackend {
                     top,
                 }
             })
-            .collect())
+            .collect();
+        Ok((groups, meanwhile()?))
     }
 }
 
@@ -97,14 +119,15 @@ mod cuda {
     }
 
     impl super::SampleRuns for CudaBackend {
-        fn sample_runs<K: Key>(
+        fn sample_runs_while<K: Key, R>(
             &self,
             keys: &DeviceBuffer<K>,
             samples: usize,
-        ) -> Result<Vec<SampleGroup>> {
+            meanwhile: impl FnOnce() -> Result<R>,
+        ) -> Result<(Vec<SampleGroup>, R)> {
             let (samples, groups) = layout(samples, keys.len());
             if groups == 0 {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), meanwhile()?));
             }
             let name = if K::BITS == 32 {
                 "sample_runs_u32"
@@ -137,15 +160,13 @@ mod cuda {
                 op: "launching the key-sample kernel",
                 message: format!("{e:?}"),
             })?;
-            Ok(self
-                .download(&out)?
-                .chunks_exact(3)
-                .map(|w| SampleGroup {
-                    rows: w[0],
-                    pairs: w[1],
-                    top: w[2],
-                })
-                .collect())
+            let (words, r) = self.download_while(&out, meanwhile)?;
+            let groups = words.chunks_exact(3).map(|w| SampleGroup {
+                rows: w[0],
+                pairs: w[1],
+                top: w[2],
+            });
+            Ok((groups.collect(), r))
         }
     }
 }

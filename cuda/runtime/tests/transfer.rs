@@ -165,3 +165,50 @@ fn threads_share_the_staging_ring() {
         assert_eq!(gpu.staging_bytes(), STAGING_BUFFERS * STAGING_CHUNK_BYTES);
     }
 }
+
+/// `download_while` returns the buffer's values while the work it runs meanwhile, queued
+/// behind the copy on the same stream, writes another buffer: small buffers (an asynchronous
+/// copy into pinned words) and larger ones (downloaded first), at both widths; `meanwhile`
+/// runs once, and its error is returned after the copy.
+#[test]
+fn downloads_overlap_the_work_queued_meanwhile() {
+    let Some(b) = cuda_or_skip("downloads_overlap_the_work_queued_meanwhile") else {
+        return;
+    };
+    fn check<T: Element>(b: &CudaBackend, n: usize) {
+        let want = data::<T>(n, n as u64);
+        let buf = b.upload(&want).unwrap();
+        let mut other = b.alloc::<T>(n).unwrap();
+        let mut runs = 0;
+        let (got, ()) = b
+            .download_while(&buf, || {
+                runs += 1;
+                b.fill(&mut other, T::from_bits(POISON_U64))
+            })
+            .unwrap();
+        assert_eq!(runs, 1);
+        assert!(got == want, "{n} elements of {} bits", T::BITS);
+        let filled = b.download(&other).unwrap();
+        assert!(
+            filled
+                .iter()
+                .all(|x| x.to_bits() == T::from_bits(POISON_U64).to_bits())
+        );
+    }
+    for n in [0, 1, 3, 511, 512, 1023, 1024, 1025, 100_000] {
+        check::<u32>(&b, n);
+        check::<u64>(&b, n);
+    }
+    let buf = b.upload(&[1u64, 2, 3]).unwrap();
+    let failed = b.download_while(&buf, || -> joinkit_cuda::Result<()> {
+        Err(joinkit_cuda::Error::InvalidArgument("meanwhile".into()))
+    });
+    assert!(matches!(
+        failed,
+        Err(joinkit_cuda::Error::InvalidArgument(_))
+    ));
+    assert_eq!(
+        b.download_while(&buf, || Ok(5)).unwrap(),
+        (vec![1, 2, 3], 5)
+    );
+}

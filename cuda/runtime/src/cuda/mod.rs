@@ -117,7 +117,14 @@ struct Inner {
     /// Pinned buffers that large uploads and downloads go through (see `transfer`); one
     /// transfer at a time holds them.
     staging: Mutex<StagingRing>,
+    /// The page-locked words [`CudaBackend::download_while`] copies into (made on first use);
+    /// one such download at a time holds them.
+    overlapped: Mutex<Option<cudarc::driver::PinnedHostSlice<u64>>>,
 }
+
+/// Bytes [`CudaBackend::download_while`] copies asynchronously (larger buffers are downloaded
+/// before the work that would overlap them).
+const OVERLAPPED_DOWNLOAD_BYTES: usize = 4096;
 
 /// A page-locked host word mapped into the device's address space.
 #[derive(Debug)]
@@ -253,6 +260,7 @@ impl CudaBackend {
                 functions: Mutex::default(),
                 readback: Mutex::default(),
                 staging: Mutex::new(StagingRing::new()),
+                overlapped: Mutex::default(),
             }),
         })
     }
@@ -521,6 +529,71 @@ impl CudaBackend {
         // synchronization above waited for; `T` is at most 8 bytes and its low bytes come
         // first (the kernel stored a `T` at the word's address).
         Ok(unsafe { std::ptr::read_volatile(word.host.cast::<T>()) })
+    }
+
+    /// `buf` copied to the host, with `meanwhile` run after the copy is queued and before it is
+    /// waited for: what `meanwhile` queues on the stream runs on the device while this thread
+    /// waits for the copy alone (a plan's sample read back while a hash table builds). Buffers
+    /// of up to 4 KiB land in page-locked memory, copied asynchronously; larger ones are
+    /// downloaded before `meanwhile` runs.
+    ///
+    /// # Errors
+    /// Driver errors, and `meanwhile`'s (the copy is waited for either way).
+    pub fn download_while<T: Element, R>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        meanwhile: impl FnOnce() -> Result<R>,
+    ) -> Result<(Vec<T>, R)> {
+        use cudarc::driver::sys;
+        let bytes = buf.len() * size_of::<T>();
+        if bytes == 0 || bytes > OVERLAPPED_DOWNLOAD_BYTES {
+            let host = self.download(buf)?;
+            return Ok((host, meanwhile()?));
+        }
+        let mut words = self
+            .inner
+            .overlapped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if words.is_none() {
+            // SAFETY: plain old data, written by the copies below before any read.
+            let pinned = unsafe {
+                self.context()
+                    .alloc_pinned_with_flags::<u64>(OVERLAPPED_DOWNLOAD_BYTES / 8, 0)
+            };
+            *words = Some(pinned.map_err(|e| driver_error("allocating pinned host memory", e))?);
+        }
+        let Some(words) = words.as_mut() else {
+            return Err(Error::Corrupt("no pinned words".into()));
+        };
+        let host = words
+            .as_mut_ptr()
+            .map_err(|e| driver_error("reading pinned host memory", e))?;
+        // SAFETY: `bytes` fit the pinned words (checked above) and the buffer; the copy is
+        // ordered after the work that wrote `buf` by the stream, and waited for below before
+        // the words are read or handed to another download.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                host.cast(),
+                buf.device_ptr(),
+                bytes,
+                self.stream().cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("copying to the host", e))?;
+        let copied = self
+            .stream()
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| driver_error("recording an event", e))?;
+        let r = meanwhile();
+        copied
+            .synchronize()
+            .map_err(|e| driver_error("waiting for an event", e))?;
+        // SAFETY: the copy above wrote `buf.len()` elements of `T` (plain old data, at most 8
+        // bytes, so the u64 words are aligned for it) and has completed.
+        let out = unsafe { std::slice::from_raw_parts(host.cast::<T>(), buf.len()) }.to_vec();
+        Ok((out, r?))
     }
 
     fn readback_word(&self) -> Result<ReadbackWord> {
