@@ -284,6 +284,13 @@ impl ChoiceParams {
         right_rows <= self.chained_max_right_rows
     }
 
+    /// Whether a join of `kind` with a right side of `right_rows` rows not promised unique runs
+    /// NPHJ-chained or SMJ-OM, whichever its sampled rows a key say: an inner or outer join on
+    /// a [`ChoiceParams::small_right_side`].
+    pub fn chained_or_merge(&self, kind: JoinKind, right_rows: usize) -> bool {
+        kind.has_right_rows() && self.small_right_side(right_rows)
+    }
+
     /// Whether a semi or anti join with a right side of `right_rows` rows not promised
     /// unique runs NPHJ-chained whatever its rows a key: at most
     /// [`ChoiceParams::chained_max_right_rows`], or a cached table (H200, 2^22 rows: 0.22-0.31
@@ -311,16 +318,15 @@ pub fn choose(
     use ChoiceReason as Why;
     // Right keys not promised unique were sampled for their rows per key.
     if let Some(per_key) = stats.right_rows_per_key {
-        let small = params.small_right_side(stats.right_rows);
         let duplicated = per_key >= params.duplicated_rows_per_key;
+        if params.chained_or_merge(kind, stats.right_rows) {
+            return if per_key < params.chained_merge_threshold(stats.right_rows) {
+                (Algorithm::NphjChained, Why::SmallRightSide)
+            } else {
+                (Algorithm::SmjOm, Why::ManyRowsPerKey)
+            };
+        }
         if kind.has_right_rows() {
-            if small {
-                return if per_key < params.chained_merge_threshold(stats.right_rows) {
-                    (Algorithm::NphjChained, Why::SmallRightSide)
-                } else {
-                    (Algorithm::SmjOm, Why::ManyRowsPerKey)
-                };
-            }
             if duplicated && params.merges(stats, per_key) {
                 return (Algorithm::SmjOm, Why::ManyRowsPerKey);
             }

@@ -224,12 +224,12 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 /// a row at load 0.5), NPHJ-chained for a semi or anti join on a small right side not
 /// promised unique, else a choice from sampled statistics, timed as the `plan` phase.
 ///
-/// Where the sample can only choose between NPHJ-chained and SMJ-OM (an inner or outer join
-/// on a small right side not promised unique, [`ChoiceParams::small_right_side`]), the plan
-/// queues the chained table's build behind the sample and its copy back, and the join keeps
-/// the table when the choice is NPHJ-chained: the device builds while the host waits for the
-/// sample (H200, 2^18 rows: a 7 us build, a plan of 30 us against a 0.09 ms join). Where
-/// SMJ-OM is chosen (many rows a key, joins of 0.25 ms and more) the build is dropped.
+/// Where the sample can only choose between NPHJ-chained and SMJ-OM (right keys not promised
+/// unique, [`ChoiceParams::chained_or_merge`]), the plan queues the chained table's build
+/// behind the sample and its copy back, and the join keeps the table when the choice is
+/// NPHJ-chained: the device builds while the host waits for the sample (H200, 2^18 rows: a
+/// 7 us build, a plan of 30 us against a 0.09 ms join). Where SMJ-OM is chosen (many rows a
+/// key, joins of 0.25 ms and more) the build is dropped.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -253,10 +253,8 @@ fn resolve<'k, B: JoinBackend, K: Key>(
     if let Some((algorithm, reason)) = unsampled {
         return Ok(chosen(algorithm, Some(reason)));
     }
-    let speculate = !opts.right_unique
-        && opts.kind.has_right_rows()
-        && !right.is_empty()
-        && params.small_right_side(right.len());
+    let speculate =
+        !opts.right_unique && !right.is_empty() && params.chained_or_merge(opts.kind, right.len());
     let (sampled, table) = ph.run("plan", || {
         let build = || {
             speculate

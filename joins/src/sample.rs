@@ -2,8 +2,8 @@
 //! spread positions of a column, in groups of at most [`SAMPLE_GROUP_ROWS`], each group's
 //! equal pairs and largest key count. On CUDA one launch (a block a group counts its keys in a
 //! shared-memory hash table, `kernels/sample.cu`) and one read of 24 bytes a group: about what
-//! a launch costs, where downloading the keys and sorting them on the host took 0.13–0.27 ms of an
-//! H200 join's plan. The CPU twin gives the same counts.
+//! a launch costs, where downloading the keys and sorting them on the host took 0.13–0.27 ms
+//! of an H200 join's plan. The CPU twin gives the same counts.
 
 use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend, CpuBackend, Key, Result};
@@ -41,7 +41,7 @@ pub trait SampleRuns: Backend {
 
     /// [`SampleRuns::sample_runs`], with `meanwhile` run once the sample is queued: on CUDA
     /// what it queues runs on the device while the host waits for the sample's statistics
-    /// alone ([`joinkit_cuda::CudaBackend::download_while`]).
+    /// alone (`CudaBackend::download_while`).
     ///
     /// # Errors
     /// Allocation and driver errors, and `meanwhile`'s.

@@ -535,7 +535,8 @@ impl CudaBackend {
     /// waited for: what `meanwhile` queues on the stream runs on the device while this thread
     /// waits for the copy alone (a plan's sample read back while a hash table builds). Buffers
     /// of up to 4 KiB land in page-locked memory, copied asynchronously; larger ones are
-    /// downloaded before `meanwhile` runs.
+    /// downloaded before `meanwhile` runs. `meanwhile` must not itself call this method on the
+    /// same backend (the pinned words stay held until the copy is waited for).
     ///
     /// # Errors
     /// Driver errors, and `meanwhile`'s (the copy is waited for either way).
