@@ -302,6 +302,9 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
     } else {
         Ok(())
     };
+    for (_, device) in devices {
+        device.close_at_exit();
+    }
     failed.map_or(finished, Err)
 }
 
