@@ -63,9 +63,7 @@ impl Opening {
         });
         opened.as_ref().map_err(Clone::clone)
     }
-}
 
-impl Opening {
     /// Ends the run with the device left open: the driver reclaims a process's device memory
     /// and contexts as it exits, and tearing them down first (the memory pool's and the
     /// buffer cache's allocations freed one by one, the context released) took about 0.05 s of
