@@ -219,8 +219,8 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
 }
 
 /// The key-sample kernel's groups equal its CPU twin's on every shape, extreme keys (its
-/// table reserves no key value), long runs of a few keys (many slots taken by one key, every
-/// count exact) and sample counts from 1 to several groups included.
+/// table reserves no key value), a few keys of many rows each (one slot counting thousands)
+/// and sample counts from 1 to several groups included.
 fn check_key_samples<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
