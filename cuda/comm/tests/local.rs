@@ -162,6 +162,18 @@ fn host_collectives_and_splits() {
     }
 }
 
+/// Rank 1 of three refused its own bad input, and the other two learned of it.
+fn rank_one_refused<T: std::fmt::Debug>(results: &[joinkit_cuda::Result<T>]) {
+    assert!(
+        matches!(results[1], Err(Error::InvalidArgument(_))),
+        "{:?}",
+        results[1]
+    );
+    for r in [&results[0], &results[2]] {
+        assert!(matches!(r, Err(Error::PeerFailed { rank: 1, .. })), "{r:?}");
+    }
+}
+
 #[test]
 fn disagreements_and_bad_counts_are_errors_on_every_rank() {
     let world = LocalWorld::new(3, CommConfig::default()).unwrap();
@@ -183,14 +195,7 @@ fn disagreements_and_bad_counts_are_errors_on_every_rank() {
         };
         comm.all_to_all_v(&cpu, &send, &counts).map(drop)
     });
-    assert!(
-        matches!(results[1], Err(Error::InvalidArgument(_))),
-        "{:?}",
-        results[1]
-    );
-    for r in [&results[0], &results[2]] {
-        assert!(matches!(r, Err(Error::PeerFailed { rank: 1, .. })), "{r:?}");
-    }
+    rank_one_refused(&results);
     // Ranks that send buffers of different types.
     let results = world.run(|comm| {
         let cpu = CpuBackend::new();
@@ -253,14 +258,7 @@ fn disagreements_and_bad_counts_are_errors_on_every_rank() {
         let local = vec![0; if comm.rank() == 1 { 3 } else { 2 }];
         comm.agree_gather("gather phase", 2, Ok(local))
     });
-    assert!(
-        matches!(results[1], Err(Error::InvalidArgument(_))),
-        "{:?}",
-        results[1]
-    );
-    for r in [&results[0], &results[2]] {
-        assert!(matches!(r, Err(Error::PeerFailed { rank: 1, .. })), "{r:?}");
-    }
+    rank_one_refused(&results);
     assert!(matches!(
         LocalWorld::new(0, CommConfig::default()),
         Err(Error::InvalidArgument(_))
