@@ -8,6 +8,8 @@
 #                                                     # scaling, two-level, variants, pipeline,
 #                                                     # compress, processes)
 #   COUNTS="2 4" bash benches/scripts/multi-gpu.sh two-level   # only these rank counts
+#   COMM=peer bash benches/scripts/multi-gpu.sh scaling  # one-process runs over the copy
+#                                                     # engines instead of NCCL
 #
 # 1. Every test executable of the bundle with JOINKIT_REQUIRE_GPU=1 (.gpu-bundle/run.sh).
 # 2. all-to-all: the raw all-to-all's bandwidth at 1 MiB … 2 GiB a rank (a tiny join each).
@@ -33,6 +35,9 @@ logs=${OUT:-$PWD/multi-gpu-logs}
 mkdir -p "$logs"
 # NVLink SHARP (multicast) stays off: see the device notes on the lent machines.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+# The communicator of the one-process runs: nccl, or peer (copy engines, joinkit_comm::peer);
+# the compressed shuffles stay on NCCL (their socket transport is NCCL's).
+comm=${COMM:-nccl}
 gpus=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)}
 IFS=, read -r -a gpu_list <<<"$gpus"
 n=${#gpu_list[@]}
@@ -81,15 +86,15 @@ bench_run() {
 if want scaling; then
   for k in "${counts[@]}"; do
     g=$(prefix "$k")
-    bench_run "weak-gao-$k" --comm nccl --gpus "$g" --per-rank --r 2^27 --s 2^28
-    bench_run "strong-$k" --comm nccl --gpus "$g" --r 2^27 --s 2^28
+    bench_run "weak-gao-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^27 --s 2^28
+    bench_run "strong-$k" --comm "$comm" --gpus "$g" --r 2^27 --s 2^28
   done
 fi
 
 if want all-to-all; then
   for k in "${counts[@]}"; do
     ((k > 1)) || continue
-    bench_run "all-to-all-$k" --comm nccl --gpus "$(prefix "$k")" --per-rank --r 2^16 \
+    bench_run "all-to-all-$k" --comm "$comm" --gpus "$(prefix "$k")" --per-rank --r 2^16 \
       --sweep a2a-bytes=2^20..2^31
   done
 fi
@@ -97,7 +102,7 @@ fi
 if want two-level; then
   for k in "${counts[@]}"; do
     ((k > 1 && k % 2 == 0)) || continue
-    bench_run "two-level-$k" --comm nccl --gpus "$(prefix "$k")" --per-rank --r 2^26 --s 2^27 \
+    bench_run "two-level-$k" --comm "$comm" --gpus "$(prefix "$k")" --per-rank --r 2^26 --s 2^27 \
       --placement partitioned --ranks-per-node $((k / 2)) --sweep shuffle=one-level,two-level
   done
 fi
@@ -106,15 +111,15 @@ if want variants; then
   for k in "${counts[@]}"; do
     g=$(prefix "$k")
     ((k > 1)) || continue
-    bench_run "placement-$k" --comm nccl --gpus "$g" --per-rank --r 2^22 --s 2^27 \
+    bench_run "placement-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^22 --s 2^27 \
       --sweep placement=replicated,partitioned
-    bench_run "zipf-$k" --comm nccl --gpus "$g" --per-rank --r 2^26 --s 2^27 --zipf 1.0 \
+    bench_run "zipf-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^26 --s 2^27 --zipf 1.0 \
       --sweep skew-load=0,0.25
-    bench_run "heavy-$k" --comm nccl --gpus "$g" --per-rank --r 2^26 --s 2^27 --heavy 0.1 \
+    bench_run "heavy-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^26 --s 2^27 --heavy 0.1 \
       --sweep skew-load=0,0.25
-    bench_run "wide-4b-$k" --comm nccl --gpus "$g" --per-rank --r 2^26 --s 2^27 --key-bits 32 \
+    bench_run "wide-4b-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^26 --s 2^27 --key-bits 32 \
       --payloads 2
-    bench_run "tpch-$k" --comm nccl --gpus "$g" --tpch 10
+    bench_run "tpch-$k" --comm "$comm" --gpus "$g" --tpch 10
   done
 fi
 
@@ -122,9 +127,9 @@ if want pipeline; then
   for k in "${counts[@]}"; do
     ((k > 1)) || continue
     g=$(prefix "$k")
-    bench_run "pipeline-$k" --comm nccl --gpus "$g" --per-rank --r 2^27 --s 2^28 \
+    bench_run "pipeline-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^27 --s 2^28 \
       --placement partitioned --sweep pipeline-chunks=1,2,4,8
-    bench_run "pipeline-timeline-$k" --comm nccl --gpus "$g" --per-rank --r 2^27 --s 2^28 \
+    bench_run "pipeline-timeline-$k" --comm "$comm" --gpus "$g" --per-rank --r 2^27 --s 2^28 \
       --placement partitioned --pipeline-chunks 4 --timeline "$logs/pipeline-$k.svg"
   done
 fi

@@ -4,7 +4,9 @@
 //! Ranks: threads of this process over the in-process communicator (`--comm local`, on the
 //! CPU or on one GPU that every rank shares with a stream of its own), or NCCL ranks
 //! (`--comm nccl`): one per GPU of `--gpus` in this process, or, when a launcher started this
-//! process (torchrun-style `RANK`/`WORLD_SIZE`, or SLURM), this process's one rank.
+//! process (torchrun-style `RANK`/`WORLD_SIZE`, or SLURM), this process's one rank, or
+//! copy-engine ranks (`--comm peer`): one per GPU of `--gpus` in this process, buffers pushed
+//! into the peers' memory by the GPUs' copy engines (`joinkit_comm::peer::PeerComm`).
 //!
 //! The workload is generated whole (seeded, so every process of a launch generates the same)
 //! and each rank takes its contiguous share of both sides: |R| unique keys (shuffled `0..|R|`)
@@ -38,8 +40,9 @@ use crate::report::Row;
 #[derive(Args, Debug)]
 pub(crate) struct DistributedArgs {
     /// Communicator: `local` (ranks as threads of this process on --device: the CPU, or one GPU
-    /// that every rank shares) or `nccl` (one GPU per rank: --gpus in this process, or this
-    /// process's rank when a launcher set RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS).
+    /// that every rank shares), `nccl` (one GPU per rank: --gpus in this process, or this
+    /// process's rank when a launcher set RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS) or
+    /// `peer` (one GPU per rank of --gpus in this process, buffers pushed by the copy engines).
     #[arg(long, value_enum, default_value = "local")]
     comm: CommKind,
     /// In-process ranks (--comm local), 1 to 1024.
@@ -144,6 +147,7 @@ pub(crate) const PLOT: PlotSpec = PlotSpec {
 pub(crate) enum CommKind {
     Local,
     Nccl,
+    Peer,
 }
 
 /// `--compress`.
@@ -596,10 +600,12 @@ fn run_keys<K: Key>(device: &Device, args: &DistributedArgs, ctx: &mut Ctx) -> R
         }
         #[cfg(feature = "cuda")]
         CommKind::Nccl => nccl::run::<K>(args, config, runs)?,
+        #[cfg(feature = "cuda")]
+        CommKind::Peer => nccl::run_peer::<K>(args, config, runs)?,
         #[cfg(not(feature = "cuda"))]
-        CommKind::Nccl => {
+        CommKind::Nccl | CommKind::Peer => {
             return Err(BenchError::Usage(
-                "--comm nccl needs a build with the cuda feature".into(),
+                "--comm nccl and --comm peer need a build with the cuda feature".into(),
             ));
         }
     };
@@ -822,6 +828,7 @@ fn columns_text(st: &DistributedStats) -> String {
 mod nccl {
     use joinkit_comm::launch::Launch;
     use joinkit_comm::nccl::NcclComm;
+    use joinkit_comm::peer::PeerComm;
     use joinkit_comm::{CommConfig, Communicator};
     use joinkit_cuda::{CudaBackend, Error, Key};
 
@@ -853,12 +860,54 @@ mod nccl {
                     .into(),
             ));
         }
-        let backends = args
-            .gpus
+        let backends = open(&args.gpus)?;
+        let comms = NcclComm::init_all(&backends, config)?;
+        on_each_gpu::<K, _>(
+            args,
+            &backends,
+            comms,
+            runs,
+            "nccl (one process, every GPU)",
+        )
+    }
+
+    /// `--comm peer`: one rank per GPU of `--gpus`, buffers pushed by the copy engines.
+    pub(super) fn run_peer<K: Key>(
+        args: &DistributedArgs,
+        config: CommConfig,
+        runs: Runs,
+    ) -> Result<(RankResult, usize, &'static str, bool, String)> {
+        if args.gpus.is_empty() {
+            return Err(BenchError::Usage(
+                "--comm peer: name the GPUs (--gpus 0,1,2,3)".into(),
+            ));
+        }
+        let backends = open(&args.gpus)?;
+        let comms = PeerComm::init_all(&backends, config)?;
+        on_each_gpu::<K, _>(
+            args,
+            &backends,
+            comms,
+            runs,
+            "copy engines (one process, every GPU)",
+        )
+    }
+
+    fn open(gpus: &[usize]) -> Result<Vec<CudaBackend>> {
+        Ok(gpus
             .iter()
             .map(|&g| CudaBackend::new(g))
-            .collect::<joinkit_cuda::Result<Vec<_>>>()?;
-        let comms = NcclComm::init_all(&backends, config)?;
+            .collect::<joinkit_cuda::Result<Vec<_>>>()?)
+    }
+
+    /// Runs the bench on every rank of `comms` (rank r on `backends[r]`), a thread each.
+    fn on_each_gpu<K: Key, C: Communicator<Backend = CudaBackend>>(
+        args: &DistributedArgs,
+        backends: &[CudaBackend],
+        comms: Vec<C>,
+        runs: Runs,
+        name: &'static str,
+    ) -> Result<(RankResult, usize, &'static str, bool, String)> {
         let ranks = comms.len();
         let work = Workload::<K>::generate(args, ranks, true)?;
         let opts = options(args, args.ranks_per_node);
@@ -866,7 +915,7 @@ mod nccl {
         let outcomes: Vec<joinkit_cuda::Result<RankResult>> = std::thread::scope(|s| {
             let handles: Vec<_> = comms
                 .into_iter()
-                .zip(&backends)
+                .zip(backends)
                 .map(|(comm, b)| {
                     s.spawn(move || {
                         b.bind_to_thread()?;
@@ -884,12 +933,6 @@ mod nccl {
                 .collect()
         });
         let first = super::first_or_every_error(outcomes)?;
-        Ok((
-            first,
-            ranks,
-            "nccl (one process, every GPU)",
-            true,
-            work.text.clone(),
-        ))
+        Ok((first, ranks, name, true, work.text.clone()))
     }
 }

@@ -9,6 +9,7 @@
 //! | --- | --- | --- | --- |
 //! | [`LocalWorld`] / [`LocalComm`] | threads of one process | any [`Backend`]'s: `Vec`s on the CPU, device buffers on CUDA (copied on the device, so N ranks can share one GPU) | the CPU backend, tests on machines without GPUs, multi-rank GPU tests on one GPU |
 //! | `NcclComm` (feature `cuda`) | one per GPU: threads of one process (`--gpus 0,1,2,3`) or processes across hosts, bootstrapped from a launcher's environment (`launch`) | CUDA device buffers, moved by NCCL (`libnccl.so.2`, loaded at run time) | multi-GPU runs |
+//! | `PeerComm` (feature `cuda`) | threads of one process, a GPU each (or sharing one); host values meet as in `LocalWorld` | CUDA device buffers, pushed by the GPUs' copy engines into the peers' receive buffers (peer access over NVLink or PCIe), no SM used, the host never waiting for the data | the GPUs of one host: faster than NCCL's all-to-all there, and kernels beside a shuffle keep the whole GPU |
 //!
 //! Collectives: all-gather and all-reduce of small host values (`u64`), a variable-size
 //! all-to-all of buffers ([`Communicator::all_to_all_v`]: counts exchanged first, receivers
@@ -41,10 +42,14 @@
 //! ```
 
 #[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
 pub mod launch;
 mod local;
 #[cfg(feature = "cuda")]
 pub mod nccl;
+#[cfg(feature = "cuda")]
+pub mod peer;
 
 use std::time::Duration;
 

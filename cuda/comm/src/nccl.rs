@@ -26,6 +26,7 @@ use joinkit_cuda::{
     Backend, Column, ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result, each_column,
 };
 
+use crate::device::{POISON, alloc_like, column_parts};
 use crate::{CommConfig, Communicator, ReceivedColumns, send_offsets, total};
 
 /// Environment variable naming the NCCL library to open (a path or a file name), tried before
@@ -854,9 +855,6 @@ impl NcclComm {
 /// a length, then the values when fewer than this.
 const INLINE_SLOT: usize = 16;
 
-/// A count that says "this rank's own input was bad" in the count exchange.
-const POISON: u64 = u64::MAX;
-
 /// The row counts of exchanged headers of `words` words each, one per rank, (rows, element
 /// size, ...): a peer that sent [`POISON`] failed, element sizes must be this rank's. A count
 /// past `usize` saturates, so `total` reports it.
@@ -997,16 +995,7 @@ impl Communicator for NcclComm {
         send_counts: &[usize],
     ) -> Result<ReceivedColumns<CudaBackend>> {
         const OP: &str = "all_to_all_v_columns";
-        // Each column's address and element width.
-        let parts: Vec<(CUdeviceptr, usize, usize)> = columns
-            .iter()
-            .map(|c| match c {
-                ColumnRef::U32(b) => (b.device_ptr(), b.len(), 4),
-                ColumnRef::I32(b) => (b.device_ptr(), b.len(), 4),
-                ColumnRef::U64(b) => (b.device_ptr(), b.len(), 8),
-                ColumnRef::I64(b) => (b.device_ptr(), b.len(), 8),
-            })
-            .collect();
+        let parts = column_parts(columns);
         let rows = parts.first().map_or(0, |p| p.1);
         let checked = parts.iter().try_for_each(|p| {
             Error::check_len("all_to_all_v_columns: columns of one table", rows, p.1)
@@ -1016,19 +1005,7 @@ impl Communicator for NcclComm {
             self.exchange_counts(OP, backend, (rows, row_bytes), send_counts, checked)?;
         let received: Vec<Column<CudaBackend>> = self.agree(
             OP,
-            total(&recv_counts).and_then(|n| {
-                columns
-                    .iter()
-                    .map(|c| {
-                        Ok(match c {
-                            ColumnRef::U32(_) => Column::U32(backend.alloc(n)?),
-                            ColumnRef::I32(_) => Column::I32(backend.alloc(n)?),
-                            ColumnRef::U64(_) => Column::U64(backend.alloc(n)?),
-                            ColumnRef::I64(_) => Column::I64(backend.alloc(n)?),
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()
-            }),
+            total(&recv_counts).and_then(|n| alloc_like(backend, columns, n)),
         )?;
         let sent: Vec<(usize, Cut)> = (0..self.size)
             .map(|p| (offsets_sent[p], Cut::of(offsets_sent[p], send_counts[p])))

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+mod common;
+
 use joinkit_comm::{CommConfig, Communicator, LocalWorld, ReduceOp};
-use joinkit_cuda::{Backend, Buffer, Column, ColumnRef, CpuBackend, Error};
-use proptest::prelude::*;
+use joinkit_cuda::{Backend, CpuBackend, Error};
 use proptest::test_runner::{Config, TestRunner};
 
 fn runner(cases: u32) -> TestRunner {
@@ -16,95 +17,20 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
-/// The value rank `from` sends as row `i` of its rows for rank `to`.
-fn stamp(from: usize, to: usize, i: usize) -> u64 {
-    ((from as u64) << 48) | ((to as u64) << 32) | i as u64
-}
-
-/// All-to-all with `counts[from][to]` rows, every rank's receive checked against the stamps,
-/// with a poisoned buffer of the receive size allocated and dropped first (so a reused
-/// allocation holds garbage).
+/// All-to-all with `counts[from][to]` rows on in-process ranks of `open`'s backend
+/// ([`common::check_exchange`]).
 fn check_all_to_all<B: Backend>(counts: &[Vec<usize>], open: &(dyn Fn() -> B + Sync)) {
-    let ranks = counts.len();
-    let world = LocalWorld::new(ranks, CommConfig::default()).unwrap();
-    let results = world.run(|comm| {
-        let b = open();
-        let me = comm.rank();
-        let expect_len: usize = counts.iter().map(|c| c[me]).sum();
-        let mut poison = b.alloc::<u64>(expect_len)?;
-        b.fill(&mut poison, u64::MAX)?;
-        drop(poison);
-        let send: Vec<u64> = (0..ranks)
-            .flat_map(|to| (0..counts[me][to]).map(move |i| stamp(me, to, i)))
-            .collect();
-        let send = b.upload(&send)?;
-        let (recv, got) = comm.all_to_all_v(&b, &send, &counts[me])?;
-        let want: Vec<u64> = (0..ranks)
-            .flat_map(|from| (0..counts[from][me]).map(move |i| stamp(from, me, i)))
-            .collect();
-        assert_eq!(got, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
-        assert_eq!(b.download(&recv)?, want, "rank {me}");
-        // The same rows as a table of two columns (the second each stamp's low word).
-        let low: Vec<u32> = b.download(&send)?.iter().map(|&v| v as u32).collect();
-        let low = b.upload(&low)?;
-        let refs = [ColumnRef::U64(&send), ColumnRef::U32(&low)];
-        let (cols, got) = comm.all_to_all_v_columns(&b, &refs, &counts[me])?;
-        assert_eq!(got, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
-        match &cols[..] {
-            [Column::U64(w), Column::U32(l)] => {
-                let (w, l) = (b.download(w)?, b.download(l)?);
-                assert_eq!(w, want, "rank {me}");
-                assert!(w.iter().zip(&l).all(|(&w, &l)| w as u32 == l), "rank {me}");
-            }
-            _ => panic!("rank {me}: {} columns of other types", cols.len()),
-        }
-        // A column shorter than the others: an error wherever one was passed (a peer's may
-        // reach the others as theirs).
-        let short = b.upload(&vec![0u32; send.len().saturating_sub(1)])?;
-        let uneven = [ColumnRef::U64(&send), ColumnRef::U32(&short)];
-        let r = comm.all_to_all_v_columns(&b, &uneven, &counts[me]);
-        if !send.is_empty() {
-            assert!(r.is_err(), "rank {me}");
-        }
-        // The same rows all-gathered: every rank's send buffer, in rank order.
-        let (all, lens) = comm.all_gather_v(&b, &send)?;
-        let want: Vec<u64> = (0..ranks)
-            .flat_map(|from| {
-                (0..ranks)
-                    .flat_map(move |to| (0..counts[from][to]).map(move |i| stamp(from, to, i)))
-            })
-            .collect();
-        assert_eq!(
-            lens,
-            counts
-                .iter()
-                .map(|c| c.iter().sum())
-                .collect::<Vec<usize>>()
-        );
-        assert_eq!(b.download(&all)?, want, "rank {me}");
-        Ok(())
-    });
+    let world = LocalWorld::new(counts.len(), CommConfig::default()).unwrap();
+    let results = world.run(|comm| common::check_exchange(&comm, &open(), counts));
     for r in results {
         r.unwrap();
     }
 }
 
-fn counts() -> impl Strategy<Value = Vec<Vec<usize>>> {
-    (1usize..8).prop_flat_map(|ranks| {
-        proptest::collection::vec(
-            proptest::collection::vec(
-                prop_oneof![Just(0usize), 0usize..50, 1000usize..3000],
-                ranks,
-            ),
-            ranks,
-        )
-    })
-}
-
 #[test]
 fn all_to_all_and_all_gather_move_every_row_on_the_cpu() {
     runner(64)
-        .run(&counts(), |c| {
+        .run(&common::counts(), |c| {
             check_all_to_all(&c, &CpuBackend::new);
             Ok(())
         })
@@ -123,7 +49,7 @@ fn all_to_all_and_all_gather_move_every_row_between_gpu_ranks() {
     #[cfg(not(feature = "cuda"))]
     let open = CpuBackend::new;
     runner(24)
-        .run(&counts(), |c| {
+        .run(&common::counts(), |c| {
             check_all_to_all(&c, &open);
             Ok(())
         })
@@ -162,18 +88,6 @@ fn host_collectives_and_splits() {
     }
 }
 
-/// Rank 1 of three refused its own bad input, and the other two learned of it.
-fn rank_one_refused<T: std::fmt::Debug>(results: &[joinkit_cuda::Result<T>]) {
-    assert!(
-        matches!(results[1], Err(Error::InvalidArgument(_))),
-        "{:?}",
-        results[1]
-    );
-    for r in [&results[0], &results[2]] {
-        assert!(matches!(r, Err(Error::PeerFailed { rank: 1, .. })), "{r:?}");
-    }
-}
-
 #[test]
 fn disagreements_and_bad_counts_are_errors_on_every_rank() {
     let world = LocalWorld::new(3, CommConfig::default()).unwrap();
@@ -195,7 +109,7 @@ fn disagreements_and_bad_counts_are_errors_on_every_rank() {
         };
         comm.all_to_all_v(&cpu, &send, &counts).map(drop)
     });
-    rank_one_refused(&results);
+    common::rank_one_refused(&results);
     // Ranks that send buffers of different types.
     let results = world.run(|comm| {
         let cpu = CpuBackend::new();
@@ -258,7 +172,7 @@ fn disagreements_and_bad_counts_are_errors_on_every_rank() {
         let local = vec![0; if comm.rank() == 1 { 3 } else { 2 }];
         comm.agree_gather("gather phase", 2, Ok(local))
     });
-    rank_one_refused(&results);
+    common::rank_one_refused(&results);
     assert!(matches!(
         LocalWorld::new(0, CommConfig::default()),
         Err(Error::InvalidArgument(_))

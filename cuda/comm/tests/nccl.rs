@@ -5,12 +5,16 @@
 //! the one error that says what to install.
 #![cfg(feature = "cuda")]
 
+mod common;
+
+use common::on_every_rank;
+
 use std::time::{Duration, Instant};
 
 use joinkit_comm::nccl::{NcclComm, UniqueId, version};
 use joinkit_comm::{CommConfig, Communicator, ReduceOp};
 use joinkit_cuda::testing::{cuda_or_skip, gpu_required, gpus_or_skip};
-use joinkit_cuda::{Backend, Column, ColumnRef, CudaBackend, Error};
+use joinkit_cuda::{Backend, CudaBackend, Error};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -186,122 +190,13 @@ fn every_gpu(test: &str) -> Option<(Vec<CudaBackend>, Vec<NcclComm>)> {
     Some((backends, comms))
 }
 
-/// Runs `work` on every rank, each on a thread of its own (NCCL ranks must run at once).
-fn on_every_rank<T: Send>(
-    backends: &[CudaBackend],
-    comms: Vec<NcclComm>,
-    work: impl Fn(&NcclComm, &CudaBackend) -> joinkit_cuda::Result<T> + Sync,
-) -> Vec<joinkit_cuda::Result<T>> {
-    let work = &work;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .zip(backends)
-            .map(|(comm, b)| {
-                s.spawn(move || {
-                    b.bind_to_thread()?;
-                    work(&comm, b)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
 #[test]
 fn every_gpu_exchanges_random_counts_and_splits() {
     let _serial = serial();
     let Some((backends, comms)) = every_gpu("every_gpu_exchanges_random_counts_and_splits") else {
         return;
     };
-    let ranks = comms.len();
-    // counts[from][to], some zero, some large; stamps say who sent what to whom.
-    let counts: Vec<Vec<usize>> = (0..ranks)
-        .map(|f| {
-            (0..ranks)
-                .map(|t| [0, 1, 4099, 1 << 20][(f * 3 + t) % 4])
-                .collect()
-        })
-        .collect();
-    let stamp = |f: usize, t: usize, i: usize| ((f as u64) << 48) | ((t as u64) << 32) | i as u64;
-    let results = on_every_rank(&backends, comms, |comm, b| {
-        let me = comm.rank();
-        let send: Vec<u64> = (0..ranks)
-            .flat_map(|t| (0..counts[me][t]).map(move |i| stamp(me, t, i)))
-            .collect();
-        let want: Vec<u64> = (0..ranks)
-            .flat_map(|f| (0..counts[f][me]).map(move |i| stamp(f, me, i)))
-            .collect();
-        let mut poison = b.alloc::<u64>(want.len().max(1))?;
-        b.fill(&mut poison, u64::MAX)?;
-        drop(poison);
-        let (got, from) = comm.all_to_all_v(b, &b.upload(&send)?, &counts[me])?;
-        assert_eq!(from, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
-        assert_eq!(b.download(&got)?, want, "rank {me}");
-        // Any order: the same rows, and a second column sent with the same counts (each
-        // stamp's low word) still beside its row.
-        let low: Vec<u32> = send.iter().map(|&v| v as u32).collect();
-        let (got, from) = comm.all_to_all_v_any_order(b, &b.upload(&send)?, &counts[me])?;
-        let (got_low, _) = comm.all_to_all_v_any_order(b, &b.upload(&low)?, &counts[me])?;
-        assert_eq!(from, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
-        let (got, got_low) = (b.download(&got)?, b.download(&got_low)?);
-        assert!(
-            got.iter().zip(&got_low).all(|(&w, &l)| w as u32 == l),
-            "rank {me}"
-        );
-        // The same rows as one table of three columns in one call: the single calls' order.
-        let neg: Vec<i64> = send.iter().map(|&v| -(v as i64)).collect();
-        let (send_cols, low_cols, neg_cols) = (b.upload(&send)?, b.upload(&low)?, b.upload(&neg)?);
-        let refs = [
-            ColumnRef::U64(&send_cols),
-            ColumnRef::U32(&low_cols),
-            ColumnRef::I64(&neg_cols),
-        ];
-        let (cols, from) = comm.all_to_all_v_columns(b, &refs, &counts[me])?;
-        assert_eq!(from, (0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
-        match &cols[..] {
-            [Column::U64(w), Column::U32(l), Column::I64(n)] => {
-                assert_eq!(b.download(w)?, got, "rank {me}");
-                assert_eq!(b.download(l)?, got_low, "rank {me}");
-                let n = b.download(n)?;
-                assert!(got.iter().zip(&n).all(|(&w, &n)| n == -(w as i64)));
-            }
-            other => panic!("rank {me}: {} columns of other types", other.len()),
-        }
-        let mut sorted = got;
-        sorted.sort_unstable();
-        let mut want_sorted = want;
-        want_sorted.sort_unstable();
-        assert_eq!(sorted, want_sorted, "rank {me}");
-        let mine = vec![me as u32; me + 1];
-        let (all, lens) = comm.all_gather_v(b, &b.upload(&mine)?)?;
-        assert_eq!(lens, (1..=ranks).collect::<Vec<_>>());
-        let flat: Vec<u32> = (0..ranks).flat_map(|r| vec![r as u32; r + 1]).collect();
-        assert_eq!(b.download(&all)?, flat);
-        let (all, lens) = comm.all_gather_v_any_order(b, &b.upload(&mine)?)?;
-        assert_eq!(lens, (1..=ranks).collect::<Vec<_>>());
-        let mut all = b.download(&all)?;
-        all.sort_unstable();
-        assert_eq!(all, flat);
-        assert_eq!(
-            comm.all_reduce(&[me as u64], ReduceOp::Sum)?,
-            vec![(ranks * (ranks - 1) / 2) as u64]
-        );
-        // Halves by parity, ranked in reverse: the sub-communicator's order follows the key.
-        let sub = comm.split(me % 2, ranks - me)?;
-        let members: Vec<usize> = (0..ranks).filter(|r| r % 2 == me % 2).collect();
-        assert_eq!(sub.size(), members.len());
-        assert_eq!(
-            sub.rank(),
-            members.iter().rev().position(|&r| r == me).unwrap()
-        );
-        let order: Vec<u64> = members.iter().rev().map(|&r| r as u64).collect();
-        assert_eq!(sub.all_gather(&[me as u64])?, order);
-        Ok(())
-    });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-    }
+    common::exchange_on_every_gpu(&backends, comms);
 }
 
 /// The last rank stops taking part: every other rank's collective ends with a time-out at the

@@ -1,0 +1,420 @@
+//! The copy-engine communicator: ranks are threads of one process, each driving a GPU of its
+//! own (or sharing one); host values meet in shared memory as in [`LocalComm`], and buffers move
+//! by the GPUs' copy engines. Each rank pushes its rows for a peer straight into the peer's
+//! receive buffer (`cuMemcpyDtoDAsync` between allocations the peer's GPU may map), on a stream
+//! of its own per peer, and the receiver's stream waits on the senders' events: the host never
+//! waits for the data, and no SM moves it, so kernels queued beside a shuffle keep the whole
+//! GPU.
+//!
+//! Why it exists (4 × H200, NV18, 2.4 GB a rank, one process): pushes on a stream per peer
+//! move 374 GB/s a rank, NCCL's all-to-all of the same bytes 316, and the distributed join's
+//! NCCL shuffle 170–178; a memory-bound kernel running beside the pushes took 4 % longer
+//! (`docs/results/distributed.md`). Pulls (the receiver reading its peers' buffers) move half
+//! as fast. One process per GPU (a launcher) stays with [`crate::nccl::NcclComm`].
+
+use std::sync::Arc;
+
+use joinkit_cuda::cudarc::driver::sys::{
+    self, CUdeviceptr, CUevent, CUmemAccess_flags, CUmemAccessDesc, CUmemLocation,
+    CUmemLocationType, CUresult, CUstream,
+};
+use joinkit_cuda::cudarc::driver::{CudaEvent, CudaStream};
+use joinkit_cuda::{ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result};
+
+use crate::device::{POISON, alloc_like, column_parts};
+use crate::{
+    CommConfig, Communicator, LocalComm, LocalWorld, ReceivedColumns, send_offsets, total,
+};
+
+/// One rank of a [`PeerComm`] world: a [`Communicator`] over [`CudaBackend`] buffers.
+///
+/// Made by [`PeerComm::init_all`]; move each to the thread that drives its rank. Collectives
+/// return once the transfers are queued: their outputs are ready on the backend's stream, and
+/// send buffers may be reused or freed on it (the stream waits for the pushes out of them).
+pub struct PeerComm {
+    /// Host values, agreements and splits: the in-process rendezvous.
+    host: LocalComm<CudaBackend>,
+    /// This rank's device and stream.
+    backend: CudaBackend,
+    /// A stream per peer (index = peer rank) on this rank's device, and the event that marks
+    /// the end of the pushes queued on it by the last collective.
+    lanes: Vec<(Arc<CudaStream>, CudaEvent)>,
+    /// Recorded on the backend's stream once the send buffers are written and the receive
+    /// buffers allocated: the pushes into and out of them wait on it.
+    ready: CudaEvent,
+}
+
+impl std::fmt::Debug for PeerComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerComm")
+            .field("rank", &self.host.rank())
+            .field("size", &self.host.size())
+            .field("device", &self.backend.info().ordinal)
+            .finish()
+    }
+}
+
+/// Lets every device of `backends` map the others' memory: peer access between the contexts
+/// (plain allocations) and access to each device's default memory pool, which the backends'
+/// buffers come from. Ranks on one device need nothing.
+fn grant_peer_access(backends: &[CudaBackend]) -> Result<()> {
+    let check = |op: &'static str, code: CUresult| code.result().map_err(joinkit_cuda::driver(op));
+    for a in backends {
+        for b in backends {
+            let (from, to) = (a.info().ordinal, b.info().ordinal);
+            if from == to {
+                continue;
+            }
+            let (ctx, peer) = (a.context(), b.context());
+            let mut can = 0;
+            // SAFETY: the out pointer is valid; the devices are open.
+            check("asking for peer access", unsafe {
+                sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), peer.cu_device())
+            })?;
+            if can == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "cuda:{from} cannot map cuda:{to}'s memory (no peer access between them): \
+                     the copy-engine communicator needs it; NCCL does not"
+                )));
+            }
+            a.bind_to_thread()?;
+            // SAFETY: both contexts are live; the first is current.
+            match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) } {
+                CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {}
+                e => check("enabling peer access", e)?,
+            }
+            let mut pool = std::ptr::null_mut();
+            let desc = CUmemAccessDesc {
+                location: CUmemLocation {
+                    type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: peer.cu_device(),
+                },
+                flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: the out pointer is valid for the call.
+            check("reading the memory pool", unsafe {
+                sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+            })?;
+            // SAFETY: the pool is the device's; the one descriptor is valid for the call.
+            check("granting a peer the memory pool", unsafe {
+                sys::cuMemPoolSetAccess(pool, &desc, 1)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+impl PeerComm {
+    /// One rank per backend (rank = index), all in this process: each on its own GPU, or
+    /// several on one. Every pair of GPUs must have peer access (NVLink or PCIe P2P); every
+    /// device's memory pool is opened to the others.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no backends or two GPUs without peer access; driver
+    /// errors.
+    pub fn init_all(backends: &[CudaBackend], config: CommConfig) -> Result<Vec<Self>> {
+        let world = LocalWorld::new(backends.len(), config)?;
+        grant_peer_access(backends)?;
+        world
+            .comms::<CudaBackend>()
+            .into_iter()
+            .zip(backends)
+            .map(|(host, backend)| Self::with_host(host, backend.clone()))
+            .collect()
+    }
+
+    fn with_host(host: LocalComm<CudaBackend>, backend: CudaBackend) -> Result<Self> {
+        let ctx = backend.context().clone();
+        let op = joinkit_cuda::driver("making the peer streams");
+        let lanes = (0..host.size())
+            .map(|_| {
+                Ok((
+                    ctx.new_stream().map_err(&op)?,
+                    ctx.new_event(None).map_err(&op)?,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let ready = ctx.new_event(None).map_err(&op)?;
+        Ok(Self {
+            host,
+            backend,
+            lanes,
+            ready,
+        })
+    }
+
+    /// The backend this rank was made with.
+    pub fn backend(&self) -> &CudaBackend {
+        &self.backend
+    }
+
+    /// The device of `backend` must be this rank's.
+    fn check_backend(&self, backend: &CudaBackend) -> Result<()> {
+        let (mine, theirs) = (self.backend.info().ordinal, backend.info().ordinal);
+        if mine == theirs {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "a buffer collective on cuda:{theirs} for a communicator on cuda:{mine}"
+            )))
+        }
+    }
+
+    /// Moves rows of `columns`, `sends[p]` = (start row, rows) to peer `p`, into receive
+    /// columns allocated like them, each peer's rows in rank order. `checked` is the caller's
+    /// verdict on its input: a rank with bad input sends [`POISON`] counts, so every rank
+    /// fails instead of waiting for it.
+    ///
+    /// Three meetings of the ranks: the counts; the receive buffers' addresses and each
+    /// rank's ready event (agreed: no one pushes into a buffer that failed to allocate); each
+    /// rank's push events, which the receiver's stream waits on. A rank that failed to queue
+    /// its pushes says so at the third, after every rank has queued its waits, so no buffer is
+    /// freed while a push may still write it.
+    fn exchange(
+        &self,
+        op: &'static str,
+        backend: &CudaBackend,
+        columns: &[ColumnRef<'_, CudaBackend>],
+        sends: &[(usize, usize)],
+        checked: Result<()>,
+    ) -> Result<ReceivedColumns<CudaBackend>> {
+        let (me, size) = (self.rank(), self.size());
+        let parts = column_parts(columns);
+        // The columns' widths in order, a hex digit each: ranks must send alike tables.
+        let shape = parts
+            .iter()
+            .fold(0u64, |h, p| h.wrapping_mul(16) | p.2 as u64);
+        let checked = checked.and_then(|()| self.check_backend(backend));
+        let header: Vec<u64> = match &checked {
+            Ok(()) => sends.iter().map(|&(_, rows)| rows as u64).collect(),
+            Err(_) => vec![POISON; size],
+        }
+        .into_iter()
+        .chain([shape, parts.len() as u64])
+        .collect();
+        let all = self.host.all_gather(&header)?;
+        checked?;
+        let rows: Vec<&[u64]> = all.chunks(size + 2).collect();
+        if let Some(rank) = rows.iter().position(|r| r[..size].contains(&POISON)) {
+            return Err(Error::PeerFailed { rank, op });
+        }
+        if rows.iter().any(|r| r[size..] != rows[me][size..]) {
+            return Err(Error::RanksDisagree(format!(
+                "{op}: (column widths, columns) {:x?}",
+                rows.iter()
+                    .map(|r| (r[size], r[size + 1]))
+                    .collect::<Vec<_>>()
+            )));
+        }
+        let count = |from: usize, to: usize| usize::try_from(rows[from][to]).unwrap_or(usize::MAX);
+        let recv_counts: Vec<usize> = (0..size).map(|from| count(from, me)).collect();
+        let received = total(&recv_counts).and_then(|n| alloc_like(backend, columns, n));
+        let local = received.and_then(|cols| {
+            self.ready
+                .record(backend.stream())
+                .map_err(joinkit_cuda::driver("recording the ready event"))?;
+            let ptrs = cols
+                .iter()
+                .map(|c| joinkit_cuda::each_column!(c, b => b.device_ptr()));
+            let words = [self.ready.cu_event() as u64]
+                .into_iter()
+                .chain(ptrs)
+                .collect();
+            Ok((cols, words))
+        });
+        let (received, words) = match local {
+            Ok((cols, words)) => (Some(cols), Ok(words)),
+            Err(e) => (None, Err(e)),
+        };
+        let peers = self.host.agree_gather(op, 1 + parts.len(), words)?;
+        let Some(received) = received else {
+            return Err(Error::Corrupt(format!("{op}: agreed without buffers")));
+        };
+        let queued = self.push(backend, &parts, sends, &peers, |p| {
+            (0..me).map(|from| count(from, p)).sum()
+        });
+        let done: Vec<u64> = [u64::from(queued.is_err())]
+            .into_iter()
+            .chain(self.lanes.iter().map(|(_, e)| e.cu_event() as u64))
+            .collect();
+        let all_done = match self.host.all_gather(&done) {
+            Ok(all) => all,
+            Err(e) => {
+                // A peer that never arrives may still be pushing into these buffers: keep them.
+                std::mem::forget(received);
+                return Err(queued.err().unwrap_or(e));
+            }
+        };
+        let stream = backend.stream().cu_stream();
+        let mut waited = Ok(());
+        for from in all_done.chunks(size + 1) {
+            // SAFETY: the event is a live peer's (it cannot record again or go before this
+            // rank meets it at the next collective); the stream is this rank's.
+            let code = unsafe { sys::cuStreamWaitEvent(stream, from[1 + me] as CUevent, 0) };
+            waited = waited.and(
+                code.result()
+                    .map_err(joinkit_cuda::driver("waiting for a peer")),
+            );
+        }
+        queued?;
+        if let Err(e) = waited {
+            std::mem::forget(received);
+            return Err(e);
+        }
+        if let Some(rank) = all_done.chunks(size + 1).position(|d| d[0] != 0) {
+            return Err(Error::PeerFailed { rank, op });
+        }
+        Ok((received, recv_counts))
+    }
+
+    /// Queues this rank's pushes: to each peer `p` (from the next rank on, so the ranks start
+    /// on different links), on lane `p` after this rank's and `p`'s ready events, every
+    /// column's rows `sends[p]` to row `landing(p)` of `p`'s receive columns (`peers[p]`: its
+    /// ready event, then its columns' addresses); then the backend's stream waits for them.
+    fn push(
+        &self,
+        backend: &CudaBackend,
+        parts: &[(CUdeviceptr, usize, usize)],
+        sends: &[(usize, usize)],
+        peers: &[Vec<u64>],
+        landing: impl Fn(usize) -> usize,
+    ) -> Result<()> {
+        let check =
+            |op: &'static str, code: CUresult| code.result().map_err(joinkit_cuda::driver(op));
+        let size = self.size();
+        backend.bind_to_thread()?;
+        let mut queued = Ok(());
+        for k in 0..size {
+            let p = (self.rank() + k) % size;
+            let (lane, done) = &self.lanes[p];
+            let s: CUstream = lane.cu_stream();
+            let (start, rows) = sends[p];
+            let copies = || -> Result<()> {
+                for ready in [self.ready.cu_event(), peers[p][0] as CUevent] {
+                    // SAFETY: the events are live (this rank's, and `p`'s until the next
+                    // meeting); the stream is this rank's lane.
+                    check("waiting for a ready event", unsafe {
+                        sys::cuStreamWaitEvent(s, ready, 0)
+                    })?;
+                }
+                for (&(src, _, width), &dst) in parts.iter().zip(&peers[p][1..]) {
+                    if rows == 0 {
+                        continue;
+                    }
+                    // SAFETY: the source rows lie inside this rank's column (checked against
+                    // its length); the destination rows inside `p`'s, allocated from the
+                    // exchanged counts, which `p` keeps until its stream has waited for this
+                    // lane's event.
+                    check("pushing rows to a peer", unsafe {
+                        sys::cuMemcpyDtoDAsync_v2(
+                            dst + (landing(p) * width) as u64,
+                            src + (start * width) as u64,
+                            rows * width,
+                            s,
+                        )
+                    })?;
+                }
+                Ok(())
+            };
+            queued = queued.and(copies());
+            // Recorded whatever was queued, so `p` waits for every push that was.
+            queued = queued.and(
+                done.record(lane)
+                    .map_err(joinkit_cuda::driver("recording a push event")),
+            );
+            queued = queued.and(
+                backend
+                    .stream()
+                    .wait(done)
+                    .map_err(joinkit_cuda::driver("waiting for a push")),
+            );
+        }
+        queued
+    }
+}
+
+impl Communicator for PeerComm {
+    type Backend = CudaBackend;
+
+    fn rank(&self) -> usize {
+        self.host.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.host.size()
+    }
+
+    fn config(&self) -> CommConfig {
+        self.host.config()
+    }
+
+    fn all_gather(&self, values: &[u64]) -> Result<Vec<u64>> {
+        self.host.all_gather(values)
+    }
+
+    fn all_to_all_v<T: Element>(
+        &self,
+        backend: &CudaBackend,
+        send: &DeviceBuffer<T>,
+        send_counts: &[usize],
+    ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
+        let (mut columns, counts) =
+            self.all_to_all_v_columns(backend, &[T::column_ref(send)], send_counts)?;
+        let recv = columns
+            .pop()
+            .and_then(|c| T::from_column(c).ok())
+            .ok_or_else(|| Error::Corrupt("all_to_all_v: the column came back changed".into()))?;
+        Ok((recv, counts))
+    }
+
+    fn all_to_all_v_columns(
+        &self,
+        backend: &CudaBackend,
+        columns: &[ColumnRef<'_, CudaBackend>],
+        send_counts: &[usize],
+    ) -> Result<ReceivedColumns<CudaBackend>> {
+        const OP: &str = "all_to_all_v_columns";
+        let parts = column_parts(columns);
+        let rows = parts.first().map_or(0, |p| p.1);
+        let checked = parts
+            .iter()
+            .try_for_each(|p| {
+                Error::check_len("all_to_all_v_columns: columns of one table", rows, p.1)
+            })
+            .and_then(|()| send_offsets(self.size(), send_counts, rows));
+        let sends = match &checked {
+            Ok(at) => at.iter().zip(send_counts).map(|(&a, &n)| (a, n)).collect(),
+            Err(_) => vec![(0, 0); self.size()],
+        };
+        self.exchange(OP, backend, columns, &sends, checked.map(drop))
+    }
+
+    fn all_gather_v<T: Element>(
+        &self,
+        backend: &CudaBackend,
+        send: &DeviceBuffer<T>,
+    ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
+        let sends = vec![(0, send.len()); self.size()];
+        let (mut columns, counts) = self.exchange(
+            "all_gather_v",
+            backend,
+            &[T::column_ref(send)],
+            &sends,
+            Ok(()),
+        )?;
+        let recv = columns
+            .pop()
+            .and_then(|c| T::from_column(c).ok())
+            .ok_or_else(|| Error::Corrupt("all_gather_v: the column came back changed".into()))?;
+        Ok((recv, counts))
+    }
+
+    fn split(&self, color: usize, key: usize) -> Result<Self> {
+        let host = self.host.split(color, key)?;
+        // A rank that cannot make its streams leaves the new group (its rendezvous is
+        // dropped): the others' agreement fails with `PeerFailed`.
+        let comm = Self::with_host(host, self.backend.clone())?;
+        comm.host.agree("split", Ok(()))?;
+        Ok(comm)
+    }
+}
