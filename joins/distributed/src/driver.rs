@@ -2,16 +2,20 @@
 //! keys), move the rows (shuffle or replicate), join locally, and report.
 
 use joinkit::{
-    CoPartitionJoin, JoinBackend, JoinOptions, Materialized, Table, check_rows, join_columns,
+    CoPartitionJoin, JoinBackend, JoinOptions, JoinStats, Materialized, PartitionedProbe, Table,
+    check_rows, join_columns,
 };
 use joinkit_codec::Codec;
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
-use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_phase};
+use crate::pipeline::{
+    Clock, Piped, Pipeline, SideStream, add_phase, add_stats, probes_partitioned,
+};
 use crate::shuffle::{TwoLevel, partition, row_bytes, settle, settle_gather, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
+use crate::stats::Span;
 use crate::wire::{Arrival, Level, Links, Pattern, Traffic, move_table, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
@@ -23,6 +27,9 @@ use crate::{
 enum Moved<B: JoinBackend, K: Key> {
     Sides(Table<B, K>, Table<B, K>),
     Joined(Box<Piped<B>>),
+    /// Joined as the rows arrived (the shuffles beside the computing): the output, the local
+    /// join's statistics and the rows it joined of each side.
+    Local(Materialized<B>, JoinStats, (usize, usize)),
 }
 
 /// Everything a backend needs for the distributed joins: the single-device joins, the hash
@@ -367,6 +374,15 @@ where
         })
     };
     let mut bytes_sent = 0u64;
+    // Bytes of rows grouped by rank (`counts` a rank) that leave this one.
+    let away = |counts: &[usize], width: usize| {
+        counts
+            .iter()
+            .enumerate()
+            .filter(|&(p, _)| p != comm.rank())
+            .map(|(_, &c)| (c * width) as u64)
+            .sum::<u64>()
+    };
     let moved = if ranks == 1 {
         Moved::Sides(left, right)
     } else if plan.placement == Placement::Replicated {
@@ -387,6 +403,96 @@ where
         })?;
         bytes_sent += (input_rows.1 * row_bytes.1 * (ranks - 1)) as u64;
         Moved::Sides(left, right)
+    } else if plan.heavy.is_empty()
+        && opts.pipeline_chunks == 1
+        && PartitionedProbe::<C::Backend, K>::supports(&opts.join, &left.payloads, &right.payloads)
+    {
+        // The shuffles beside the computing: the right side partitioned and sent first, on a
+        // stream of its own, while the left side partitions; the left side sent while the
+        // right side's partitions for the local join are built. Where the communicator's
+        // collectives return once their transfers are queued (the copy engines') the transfers
+        // run under the kernels; where they wait for them (NCCL) the steps run in turn. The
+        // rows sent stay alive until the compute stream has waited for their transfer.
+        let cb = settle(comm, "opening the communication stream", b.side_stream())?;
+        let level = match two_level {
+            Some(_) => Level::AcrossNodes,
+            None => Level::AllToAll,
+        };
+        let two = two_level.as_ref();
+        let mut shuffled_ms = Vec::new();
+        let mut shuffle =
+            |clock: &mut Clock, t: &Table<C::Backend, K>, counts: &[usize], w, what| {
+                let start_ms = clock.now();
+                let from = cb.mark()?;
+                let got = shuffle_side(comm, &cb, two, t, counts, w, &mut traffic, what)?;
+                shuffled_ms.push((start_ms, from, cb.mark()?));
+                Ok::<_, Error>(got)
+            };
+        let (right, right_counts) = clock.phase(b, "partition", || {
+            settle(
+                comm,
+                "partitioning the right side",
+                partition(b, right, ranks),
+            )
+        })?;
+        let w = wire(&mut clock, &right, "right", level)?;
+        let right_in = shuffle(
+            &mut clock,
+            &right,
+            &right_counts,
+            &w,
+            "shuffling the right side",
+        )?;
+        let (left, left_counts) = clock.phase(b, "partition", || {
+            settle(
+                comm,
+                "partitioning the left side",
+                partition(b, left, ranks),
+            )
+        })?;
+        bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
+        let w = wire(&mut clock, &left, "left", level)?;
+        let left_in = shuffle(
+            &mut clock,
+            &left,
+            &left_counts,
+            &w,
+            "shuffling the left side",
+        )?;
+        let [(_, _, right_moved), (_, _, left_moved)] = &shuffled_ms[..] else {
+            return Err(Error::Corrupt("two shuffles, two marks".into()));
+        };
+        let (out, local) = clock.phase(b, "local join", || {
+            let joined = (|| {
+                b.wait_for(right_moved)?;
+                if !probes_partitioned(&opts.join, right_in.len(), true) {
+                    b.wait_for(left_moved)?;
+                    return join_columns(b, &left_in, &right_in, &opts.join);
+                }
+                let probe = PartitionedProbe::build(b, &right_in, &opts.join)?;
+                let mut stats = Some(probe.build_stats().clone());
+                b.wait_for(left_moved)?;
+                let (out, probed) = probe.probe_columns(&left_in)?;
+                add_stats(&mut stats, probed);
+                let stats = stats.ok_or_else(|| Error::Corrupt("no local join ran".into()))?;
+                Ok((out, stats))
+            })();
+            settle(comm, "local join", joined)
+        })?;
+        for (start_ms, from, to) in shuffled_ms {
+            let ms = <C::Backend as SideStream>::ms_between(&from, &to)?;
+            add_phase(&mut clock.phases, "shuffle", ms);
+            clock.spans.push(Span {
+                lane: "communication",
+                what: "shuffle",
+                chunk: None,
+                start_ms,
+                end_ms: start_ms + ms,
+            });
+        }
+        let local_rows = (left_in.len(), right_in.len());
+        drop((left, right));
+        Moved::Local(out, local, local_rows)
     } else {
         // Heavy rows split off: left ones stay, right ones go to every rank.
         let (left, right, kept) = clock.phase(b, "partition", || {
@@ -414,14 +520,6 @@ where
                 partition(b, right, ranks),
             )
         })?;
-        let away = |counts: &[usize], width: usize| {
-            counts
-                .iter()
-                .enumerate()
-                .filter(|&(p, _)| p != comm.rank())
-                .map(|(_, &c)| (c * width) as u64)
-                .sum::<u64>()
-        };
         bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
         let level = match two_level {
             Some(_) => Level::AcrossNodes,
@@ -526,6 +624,7 @@ where
             let local_rows = (piped.left_rows, piped.right_rows);
             (piped.out, piped.local, local_rows, Some(piped.stats))
         }
+        Moved::Local(out, local, local_rows) => (out, local, local_rows, None),
     };
     let shared = comm.all_gather(&[
         (local_rows.0 + local_rows.1) as u64,

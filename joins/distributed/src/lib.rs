@@ -9,7 +9,7 @@
 //! | step | Gao & Sakharnykh (ADMS'21) | here |
 //! | --- | --- | --- |
 //! | partition | murmur3 hash partition of both sides into one partition per rank, buffered in shared memory | [`joinkit_partition::HashPartition`] with a seed of its own ([`SHUFFLE_SEED`], not the local join's [`joinkit::MIX_SEED`], so the local join's partitions stay balanced) |
-//! | shuffle (Alg. 1) | all-to-all of the partitions | [`Communicator::all_to_all_v`], column by column |
+//! | shuffle (Alg. 1) | all-to-all of the partitions | [`Communicator::all_to_all_v_columns`]: a table's columns at once, on a stream of their own beside the partitioning and the local join (below) |
 //! | two-level shuffle (Alg. 2) | across nodes to the same local rank first, then within the node | [`Shuffle::TwoLevel`]: an all-to-all in which each rank sends only to its rail peers, then one within the node |
 //! | local join | the best single-GPU join | [`joinkit::join_columns`] |
 //! | compressed shuffle (§4–5) | cascaded compression of every shuffled buffer | [`Compression`]: per column, sampled scheme, one fused encode over the partition bounds, ranks agree on each column ([`ColumnTraffic`]) |
@@ -18,6 +18,15 @@
 //! [`DistributedOptions::pipeline_chunks`]: the build side shuffled and its table built first,
 //! the probe side moved in chunks on a second stream ([`SideStream`]), each chunk probed while
 //! the next is in flight ([`PipelineStats`], [`Span`] for a timeline).
+//!
+//! Without the pipeline, a partitioned inner join of carried payloads (no heavy keys) still
+//! moves rows beside the computing: the right side is partitioned and sent first, on a second
+//! stream, while the left side partitions; the left side is sent while the right side's
+//! partitions for the local join are built ([`joinkit::PartitionedProbe`]). With a
+//! communicator whose collectives return once the transfers are queued
+//! (`joinkit_comm::peer::PeerComm`, copy engines) the transfers run under the kernels; with
+//! NCCL, whose collectives wait for their transfers (and whose kernels would share the SMs),
+//! the same steps run in turn.
 //!
 //! From NVIDIA's multi-GPU join talk: a [`Placement::Replicated`] build side (all-gathered to
 //! every rank, which builds it whole and probes its own rows: no probe shuffle) or a

@@ -44,6 +44,30 @@ pub trait SideStream: Backend {
     /// # Errors
     /// Driver errors.
     fn enter(&self) -> Result<()>;
+
+    /// A point in this backend's queue (CUDA: an event recorded on its stream; the CPU: the
+    /// time), for other streams to wait for and spans of queued work to be timed by.
+    type Mark;
+
+    /// Marks the work queued on this backend so far.
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn mark(&self) -> Result<Self::Mark>;
+
+    /// Makes the work queued on this backend from now on wait for the work before `mark`
+    /// (a mark of any backend of the same device).
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn wait_for(&self, mark: &Self::Mark) -> Result<()>;
+
+    /// Milliseconds from mark `from` to mark `to` of this backend, once `to` is reached (the
+    /// caller waits for it).
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn ms_between(from: &Self::Mark, to: &Self::Mark) -> Result<f64>;
 }
 
 impl SideStream for CpuBackend {
@@ -53,6 +77,21 @@ impl SideStream for CpuBackend {
 
     fn enter(&self) -> Result<()> {
         Ok(())
+    }
+
+    type Mark = Instant;
+
+    fn mark(&self) -> Result<Instant> {
+        Ok(Instant::now())
+    }
+
+    fn wait_for(&self, _: &Instant) -> Result<()> {
+        // The CPU backend's work is done when its calls return.
+        Ok(())
+    }
+
+    fn ms_between(from: &Instant, to: &Instant) -> Result<f64> {
+        Ok(to.saturating_duration_since(*from).as_secs_f64() * 1e3)
     }
 }
 
@@ -69,6 +108,31 @@ impl SideStream for joinkit_cuda::CudaBackend {
 
     fn enter(&self) -> Result<()> {
         self.bind_to_thread()
+    }
+
+    type Mark = joinkit_cuda::cudarc::driver::CudaEvent;
+
+    fn mark(&self) -> Result<Self::Mark> {
+        use joinkit_cuda::cudarc::driver::sys::CUevent_flags;
+        let op = joinkit_cuda::driver("marking the stream");
+        // Timing events (cudarc's default disables timing).
+        let event = (self.context())
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(&op)?;
+        event.record(self.stream()).map_err(&op)?;
+        Ok(event)
+    }
+
+    fn wait_for(&self, mark: &Self::Mark) -> Result<()> {
+        (self.stream())
+            .wait(mark)
+            .map_err(joinkit_cuda::driver("waiting for another stream"))
+    }
+
+    fn ms_between(from: &Self::Mark, to: &Self::Mark) -> Result<f64> {
+        let op = joinkit_cuda::driver("timing queued work");
+        to.synchronize().map_err(&op)?;
+        Ok(f64::from(from.elapsed_ms(to).map_err(&op)?))
     }
 }
 
@@ -101,7 +165,7 @@ impl Clock {
     }
 
     /// Milliseconds since the join began.
-    fn now(&self) -> f64 {
+    pub(crate) fn now(&self) -> f64 {
         ms_since(self.start)
     }
 
@@ -136,7 +200,7 @@ fn ms_since(start: Instant) -> f64 {
 }
 
 /// `s`'s figures added to `acc`'s (left rows, output rows, phase times; the most memory).
-fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
+pub(crate) fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
     let Some(a) = acc else {
         *acc = Some(s);
         return;
@@ -154,6 +218,21 @@ fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
 /// of 8-byte keys, about the L2 cache of an H100/H200, past which every probe of a table misses
 /// it (4 H200s, 2^28 right rows a rank: a table probed by chunks was 4× slower than PHJ-OM).
 pub(crate) const PARTITIONED_PROBE_ROWS: usize = 1 << 22;
+
+/// Whether probes of a right side of `right_rows` rows go to a [`PartitionedProbe`]: PHJ-OM,
+/// or `Auto` from [`PARTITIONED_PROBE_ROWS`], for the joins it supports (`partitionable`).
+pub(crate) fn probes_partitioned(
+    opts: &JoinOptions,
+    right_rows: usize,
+    partitionable: bool,
+) -> bool {
+    partitionable
+        && match opts.algorithm {
+            Algorithm::PhjOm => true,
+            Algorithm::Auto => right_rows >= PARTITIONED_PROBE_ROWS,
+            _ => false,
+        }
+}
 
 /// What probes the chunks: the right side partitioned once ([`PartitionedProbe`]: PHJ-OM, or
 /// [`Algorithm::Auto`] on a large right side, for the joins it supports), a hash table on the
@@ -179,13 +258,7 @@ impl<'r, B: JoinBackend, K: Key> Prober<'r, B, K> {
         partitionable: bool,
         opts: &JoinOptions,
     ) -> Result<(Self, Option<JoinStats>)> {
-        let partitioned = partitionable
-            && match opts.algorithm {
-                Algorithm::PhjOm => true,
-                Algorithm::Auto => right.len() >= PARTITIONED_PROBE_ROWS,
-                _ => false,
-            };
-        if partitioned {
+        if probes_partitioned(opts, right.len(), partitionable) {
             let p = PartitionedProbe::build(b, right, opts)?;
             let build = p.build_stats().clone();
             return Ok((Self::Partitioned(p), Some(build)));

@@ -447,7 +447,7 @@ fn distributed_joins_equal_the_reference_over_nccl_with_one_rank() {
 
 /// The cases on every GPU of the host, one NCCL rank each (`NcclComm::init_all`), one- and
 /// two-level shuffles (two "nodes" of half the GPUs; of one GPU each with two); skipped below
-/// two GPUs. The communicators serve every case, each moved to its rank's thread and back.
+/// two GPUs.
 #[cfg(feature = "cuda")]
 #[test]
 fn distributed_joins_equal_the_reference_over_nccl_on_every_gpu() {
@@ -458,10 +458,43 @@ fn distributed_joins_equal_the_reference_over_nccl_on_every_gpu() {
     ) else {
         return;
     };
+    let comms = NcclComm::init_all(&backends, CommConfig::default()).unwrap();
+    joins_on_gpu_ranks(&backends, comms);
+}
+
+/// The same over the copy-engine communicator: every GPU of the host a rank, or, on one GPU,
+/// four ranks sharing it.
+#[cfg(feature = "cuda")]
+#[test]
+fn distributed_joins_equal_the_reference_over_copy_engines() {
+    use joinkit_comm::peer::PeerComm;
+    let test = "distributed_joins_equal_the_reference_over_copy_engines";
+    let Some(gpu) = joinkit_cuda::testing::cuda_or_skip(test) else {
+        return;
+    };
+    let gpus = joinkit_cuda::device_count().unwrap_or(1);
+    let ordinals: Vec<usize> = if gpus >= 2 {
+        (0..gpus).collect()
+    } else {
+        vec![gpu.info().ordinal; 4]
+    };
+    let backends: Vec<_> = (ordinals.into_iter())
+        .map(|g| joinkit_cuda::CudaBackend::new(g).unwrap())
+        .collect();
+    let comms = PeerComm::init_all(&backends, CommConfig::default()).unwrap();
+    joins_on_gpu_ranks(&backends, comms);
+}
+
+/// The cases on GPU ranks, `comms[r]` on `backends[r]`, one- and two-level shuffles (two
+/// "nodes" of half the ranks). The communicators serve every case, each moved to its rank's
+/// thread and back.
+#[cfg(feature = "cuda")]
+fn joins_on_gpu_ranks<C: Communicator<Backend = joinkit_cuda::CudaBackend>>(
+    backends: &[joinkit_cuda::CudaBackend],
+    comms: Vec<C>,
+) {
     let gpus = backends.len();
-    let comms = std::sync::Mutex::new(Some(
-        NcclComm::init_all(&backends, CommConfig::default()).unwrap(),
-    ));
+    let comms = std::sync::Mutex::new(Some(comms));
     let on_every_gpu = (case::<u64>(), any::<bool>()).prop_map(move |(c, two_level)| Case {
         left_ranks: c.left_ranks.iter().map(|r| r % gpus).collect(),
         right_ranks: c.right_ranks.iter().map(|r| r % gpus).collect(),
@@ -484,10 +517,10 @@ fn distributed_joins_equal_the_reference_over_nccl_on_every_gpu() {
                 .unwrap()
                 .take()
                 .expect("communicators returned");
-            let (back, outputs): (Vec<NcclComm>, Vec<_>) = std::thread::scope(|s| {
+            let (back, outputs): (Vec<C>, Vec<_>) = std::thread::scope(|s| {
                 let handles: Vec<_> = taken
                     .into_iter()
-                    .zip(&backends)
+                    .zip(backends)
                     .map(|(comm, b)| {
                         let (c, lr, rr) = (&c, &left_rows, &right_rows);
                         s.spawn(move || {
