@@ -26,7 +26,7 @@ use joinkit_cuda::{
     Backend, Column, ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result, each_column,
 };
 
-use crate::device::{POISON, alloc_like, column_parts};
+use crate::device::{POISON, alloc_like, column_parts, one_column, table_rows};
 use crate::{CommConfig, Communicator, ReceivedColumns, send_offsets, total};
 
 /// Environment variable naming the NCCL library to open (a path or a file name), tried before
@@ -979,13 +979,8 @@ impl Communicator for NcclComm {
         send_counts: &[usize],
     ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
         // A table of one column.
-        let (mut columns, counts) =
-            self.all_to_all_v_columns(backend, &[T::column_ref(send)], send_counts)?;
-        let recv = columns
-            .pop()
-            .and_then(|c| T::from_column(c).ok())
-            .ok_or_else(|| Error::Corrupt("all_to_all_v: the column came back changed".into()))?;
-        Ok((recv, counts))
+        let moved = self.all_to_all_v_columns(backend, &[T::column_ref(send)], send_counts)?;
+        one_column("all_to_all_v", moved)
     }
 
     fn all_to_all_v_columns(
@@ -996,10 +991,10 @@ impl Communicator for NcclComm {
     ) -> Result<ReceivedColumns<CudaBackend>> {
         const OP: &str = "all_to_all_v_columns";
         let parts = column_parts(columns);
-        let rows = parts.first().map_or(0, |p| p.1);
-        let checked = parts.iter().try_for_each(|p| {
-            Error::check_len("all_to_all_v_columns: columns of one table", rows, p.1)
-        });
+        let (rows, checked) = match table_rows(&parts) {
+            Ok(rows) => (rows, Ok(())),
+            Err(e) => (0, Err(e)),
+        };
         let row_bytes = parts.iter().map(|p| p.2 as u64).sum();
         let (offsets_sent, recv_counts, starts) =
             self.exchange_counts(OP, backend, (rows, row_bytes), send_counts, checked)?;

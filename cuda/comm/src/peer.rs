@@ -21,7 +21,7 @@ use joinkit_cuda::cudarc::driver::sys::{
 use joinkit_cuda::cudarc::driver::{CudaEvent, CudaStream};
 use joinkit_cuda::{ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result};
 
-use crate::device::{POISON, alloc_like, column_parts};
+use crate::device::{POISON, alloc_like, column_parts, one_column, table_rows};
 use crate::{
     CommConfig, Communicator, LocalComm, LocalWorld, ReceivedColumns, send_offsets, total,
 };
@@ -358,13 +358,8 @@ impl Communicator for PeerComm {
         send: &DeviceBuffer<T>,
         send_counts: &[usize],
     ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
-        let (mut columns, counts) =
-            self.all_to_all_v_columns(backend, &[T::column_ref(send)], send_counts)?;
-        let recv = columns
-            .pop()
-            .and_then(|c| T::from_column(c).ok())
-            .ok_or_else(|| Error::Corrupt("all_to_all_v: the column came back changed".into()))?;
-        Ok((recv, counts))
+        let moved = self.all_to_all_v_columns(backend, &[T::column_ref(send)], send_counts)?;
+        one_column("all_to_all_v", moved)
     }
 
     fn all_to_all_v_columns(
@@ -374,14 +369,8 @@ impl Communicator for PeerComm {
         send_counts: &[usize],
     ) -> Result<ReceivedColumns<CudaBackend>> {
         const OP: &str = "all_to_all_v_columns";
-        let parts = column_parts(columns);
-        let rows = parts.first().map_or(0, |p| p.1);
-        let checked = parts
-            .iter()
-            .try_for_each(|p| {
-                Error::check_len("all_to_all_v_columns: columns of one table", rows, p.1)
-            })
-            .and_then(|()| send_offsets(self.size(), send_counts, rows));
+        let checked = table_rows(&column_parts(columns))
+            .and_then(|rows| send_offsets(self.size(), send_counts, rows));
         let sends = match &checked {
             Ok(at) => at.iter().zip(send_counts).map(|(&a, &n)| (a, n)).collect(),
             Err(_) => vec![(0, 0); self.size()],
@@ -395,18 +384,14 @@ impl Communicator for PeerComm {
         send: &DeviceBuffer<T>,
     ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
         let sends = vec![(0, send.len()); self.size()];
-        let (mut columns, counts) = self.exchange(
+        let moved = self.exchange(
             "all_gather_v",
             backend,
             &[T::column_ref(send)],
             &sends,
             Ok(()),
-        )?;
-        let recv = columns
-            .pop()
-            .and_then(|c| T::from_column(c).ok())
-            .ok_or_else(|| Error::Corrupt("all_gather_v: the column came back changed".into()))?;
-        Ok((recv, counts))
+        );
+        one_column("all_gather_v", moved?)
     }
 
     fn split(&self, color: usize, key: usize) -> Result<Self> {

@@ -7,8 +7,6 @@
 
 mod common;
 
-use common::on_every_rank;
-
 use std::time::{Duration, Instant};
 
 use joinkit_comm::nccl::{NcclComm, UniqueId, version};
@@ -208,31 +206,7 @@ fn a_rank_that_stops_is_a_timeout_on_every_other_gpu() {
     let Some(backends) = gpus_or_skip(test, 2) else {
         return;
     };
-    let gpus = backends.len();
     let limit = Duration::from_secs(3);
     let comms = NcclComm::init_all(&backends, CommConfig::default().timeout(limit)).unwrap();
-    let started = Instant::now();
-    let results = on_every_rank(&backends, comms, |comm, b| {
-        comm.barrier()?;
-        if comm.rank() == comm.size() - 1 {
-            // Stopped, but alive: its buffers stay mapped while the peers' kernels wait on it.
-            std::thread::sleep(limit * 2);
-            return Ok(None);
-        }
-        let send = b.upload(&vec![1u64; comm.size() * 1000])?;
-        let got = comm.all_to_all_v(b, &send, &vec![1000; comm.size()]);
-        Ok(Some((got.map(drop), started.elapsed())))
-    });
-    for (r, res) in results.into_iter().enumerate() {
-        match res.unwrap_or_else(|e| panic!("rank {r}: {e}")) {
-            None => assert_eq!(r, gpus - 1),
-            Some((got, took)) => {
-                assert!(
-                    matches!(got, Err(Error::Timeout { .. })),
-                    "rank {r}: {got:?}"
-                );
-                assert!(took >= limit && took < limit * 4, "rank {r}: {took:?}");
-            }
-        }
-    }
+    common::last_rank_stops(&backends, comms, limit);
 }

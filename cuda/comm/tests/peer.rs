@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use joinkit_comm::peer::PeerComm;
 use joinkit_comm::{CommConfig, Communicator};
@@ -121,28 +121,5 @@ fn a_rank_that_stops_is_a_timeout_on_the_others() {
     };
     let limit = Duration::from_secs(2);
     let comms = world(&backends, CommConfig::default().timeout(limit));
-    let started = Instant::now();
-    let results = common::on_every_rank(&backends, comms, |comm, b| {
-        comm.barrier()?;
-        if comm.rank() == comm.size() - 1 {
-            std::thread::sleep(limit * 2);
-            return Ok(None);
-        }
-        let send = b.upload(&vec![1u64; comm.size() * 1000])?;
-        let got = comm.all_to_all_v(b, &send, &vec![1000; comm.size()]);
-        Ok(Some((got.map(drop), started.elapsed())))
-    });
-    let ranks = results.len();
-    for (r, res) in results.into_iter().enumerate() {
-        match res.unwrap_or_else(|e| panic!("rank {r}: {e}")) {
-            None => assert_eq!(r, ranks - 1),
-            Some((got, took)) => {
-                assert!(
-                    matches!(got, Err(Error::Timeout { .. })),
-                    "rank {r}: {got:?}"
-                );
-                assert!(took >= limit && took < limit * 4, "rank {r}: {took:?}");
-            }
-        }
-    }
+    common::last_rank_stops(&backends, comms, limit);
 }

@@ -383,6 +383,12 @@ where
             .map(|(_, &c)| (c * width) as u64)
             .sum::<u64>()
     };
+    // One side's rows grouped by the rank they go to, with the rows for each.
+    let by_rank = |clock: &mut Clock, t, what| {
+        clock.phase(b, "partition", || {
+            settle(comm, what, partition(b, t, ranks))
+        })
+    };
     let moved = if ranks == 1 {
         Moved::Sides(left, right)
     } else if plan.placement == Placement::Replicated {
@@ -428,13 +434,7 @@ where
                 shuffled_ms.push((start_ms, from, cb.mark()?));
                 Ok::<_, Error>(got)
             };
-        let (right, right_counts) = clock.phase(b, "partition", || {
-            settle(
-                comm,
-                "partitioning the right side",
-                partition(b, right, ranks),
-            )
-        })?;
+        let (right, right_counts) = by_rank(&mut clock, right, "partitioning the right side")?;
         let w = wire(&mut clock, &right, "right", level)?;
         let right_in = shuffle(
             &mut clock,
@@ -443,13 +443,7 @@ where
             &w,
             "shuffling the right side",
         )?;
-        let (left, left_counts) = clock.phase(b, "partition", || {
-            settle(
-                comm,
-                "partitioning the left side",
-                partition(b, left, ranks),
-            )
-        })?;
+        let (left, left_counts) = by_rank(&mut clock, left, "partitioning the left side")?;
         bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
         let w = wire(&mut clock, &left, "left", level)?;
         let left_in = shuffle(
@@ -506,20 +500,8 @@ where
             })();
             settle(comm, "splitting heavy keys", split)
         })?;
-        let (left, left_counts) = clock.phase(b, "partition", || {
-            settle(
-                comm,
-                "partitioning the left side",
-                partition(b, left, ranks),
-            )
-        })?;
-        let (right, right_counts) = clock.phase(b, "partition", || {
-            settle(
-                comm,
-                "partitioning the right side",
-                partition(b, right, ranks),
-            )
-        })?;
+        let (left, left_counts) = by_rank(&mut clock, left, "partitioning the left side")?;
+        let (right, right_counts) = by_rank(&mut clock, right, "partitioning the right side")?;
         bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
         let level = match two_level {
             Some(_) => Level::AcrossNodes,

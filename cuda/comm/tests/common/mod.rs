@@ -227,7 +227,41 @@ mod gpu {
             res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
         }
     }
+
+    /// The last rank stops taking part (alive, its buffers kept): every other rank's
+    /// all-to-all ends with a time-out at `limit` (the communicators' limit), and the stopped
+    /// rank's communicator is dropped without hanging.
+    pub(crate) fn last_rank_stops<C: Communicator<Backend = CudaBackend>>(
+        backends: &[CudaBackend],
+        comms: Vec<C>,
+        limit: std::time::Duration,
+    ) {
+        let started = std::time::Instant::now();
+        let results = on_every_rank(backends, comms, |comm, b| {
+            comm.barrier()?;
+            if comm.rank() == comm.size() - 1 {
+                std::thread::sleep(limit * 2);
+                return Ok(None);
+            }
+            let send = b.upload(&vec![1u64; comm.size() * 1000])?;
+            let got = comm.all_to_all_v(b, &send, &vec![1000; comm.size()]);
+            Ok(Some((got.map(drop), started.elapsed())))
+        });
+        let ranks = results.len();
+        for (r, res) in results.into_iter().enumerate() {
+            match res.unwrap_or_else(|e| panic!("rank {r}: {e}")) {
+                None => assert_eq!(r, ranks - 1),
+                Some((got, took)) => {
+                    assert!(
+                        matches!(got, Err(joinkit_cuda::Error::Timeout { .. })),
+                        "rank {r}: {got:?}"
+                    );
+                    assert!(took >= limit && took < limit * 4, "rank {r}: {took:?}");
+                }
+            }
+        }
+    }
 }
 #[cfg(feature = "cuda")]
 #[allow(unused_imports)]
-pub(crate) use gpu::{exchange_on_every_gpu, on_every_rank};
+pub(crate) use gpu::{exchange_on_every_gpu, last_rank_stops, on_every_rank};
