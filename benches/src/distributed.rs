@@ -43,8 +43,9 @@ pub(crate) struct DistributedArgs {
     /// that every rank shares), `nccl` (one GPU per rank: --gpus in this process, or this
     /// process's rank when a launcher set RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS) or
     /// `peer` (one GPU per rank of --gpus in this process, buffers pushed by the copy engines).
-    #[arg(long, value_enum, default_value = "local")]
-    comm: CommKind,
+    /// Default: `peer` when --gpus names GPUs, else `local`.
+    #[arg(long, value_enum)]
+    comm: Option<CommKind>,
     /// In-process ranks (--comm local), 1 to 1024.
     #[arg(long, default_value_t = 4, value_parser = parse_ranks)]
     ranks: usize,
@@ -574,7 +575,12 @@ fn run_keys<K: Key>(device: &Device, args: &DistributedArgs, ctx: &mut Ctx) -> R
     }
     let config = CommConfig::default().timeout(std::time::Duration::from_millis(args.timeout_ms));
     let runs = ctx.runs(5);
-    let (result, ranks, comm_name, gpu, text) = match args.comm {
+    let comm = args.comm.unwrap_or(if args.gpus.is_empty() {
+        CommKind::Local
+    } else {
+        CommKind::Peer
+    });
+    let (result, ranks, comm_name, gpu, text) = match comm {
         CommKind::Local => {
             let ranks = args.ranks;
             let gpu = !matches!(device, Device::Cpu(_));
