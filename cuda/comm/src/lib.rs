@@ -117,9 +117,11 @@ impl ReduceOp {
 
 /// A group of ranks that exchange host values and buffers of one backend type.
 ///
-/// Every rank calls the same collectives in the same order (as with MPI and NCCL). Each call
-/// returns when this rank's part is done and its outputs are ready on the host or on
-/// `backend`'s stream; send buffers may be reused once it returns.
+/// Every rank calls the same collectives in the same order (as with MPI and NCCL). Host values
+/// are ready when a call returns. A buffer collective's outputs are ready, and its send
+/// buffers free to reuse, for work queued on `backend`'s stream after the call (or on the
+/// host once that stream is synchronized): a transport may return with its transfers only
+/// queued (`peer::PeerComm`), so work on another stream waits for `backend`'s first.
 pub trait Communicator: Send + Sized {
     /// The backend whose buffers move.
     type Backend: Backend;

@@ -41,7 +41,21 @@ pub struct PeerComm {
     lanes: Vec<(Arc<CudaStream>, CudaEvent)>,
     /// Recorded on the backend's stream once the send buffers are written and the receive
     /// buffers allocated: the pushes into and out of them wait on it.
-    ready: CudaEvent,
+    ready: std::mem::ManuallyDrop<CudaEvent>,
+    /// Set at a meeting that failed (a peer gone or past the time limit): collectives are
+    /// refused, and the events are leaked at drop, since a late peer may still wait on them.
+    broken: std::cell::Cell<bool>,
+}
+
+impl Drop for PeerComm {
+    fn drop(&mut self) {
+        if self.broken.get() {
+            std::mem::forget(std::mem::take(&mut self.lanes));
+        } else {
+            // SAFETY: dropped once, here; not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.ready) };
+        }
+    }
 }
 
 impl std::fmt::Debug for PeerComm {
@@ -56,7 +70,8 @@ impl std::fmt::Debug for PeerComm {
 
 /// Lets every device of `backends` map the others' memory: peer access between the contexts
 /// (plain allocations) and access to each device's default memory pool, which the backends'
-/// buffers come from. Ranks on one device need nothing.
+/// buffers come from. Ranks on one device need nothing. Leaves the last device's context
+/// current on the calling thread.
 fn grant_peer_access(backends: &[CudaBackend]) -> Result<()> {
     let check = |op: &'static str, code: CUresult| code.result().map_err(joinkit_cuda::driver(op));
     for a in backends {
@@ -78,9 +93,12 @@ fn grant_peer_access(backends: &[CudaBackend]) -> Result<()> {
                 )));
             }
             a.bind_to_thread()?;
-            // SAFETY: both contexts are live; the first is current.
+            // SAFETY: both contexts are live; the first is current. Past 8 peers a context
+            // takes no more: the pools' access below is what the buffers need.
             match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) } {
-                CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {}
+                CUresult::CUDA_SUCCESS
+                | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+                | CUresult::CUDA_ERROR_TOO_MANY_PEERS => {}
                 e => check("enabling peer access", e)?,
             }
             let mut pool = std::ptr::null_mut();
@@ -134,12 +152,13 @@ impl PeerComm {
                 ))
             })
             .collect::<Result<_>>()?;
-        let ready = ctx.new_event(None).map_err(&op)?;
+        let ready = std::mem::ManuallyDrop::new(ctx.new_event(None).map_err(&op)?);
         Ok(Self {
             host,
             backend,
             lanes,
             ready,
+            broken: std::cell::Cell::new(false),
         })
     }
 
@@ -165,11 +184,12 @@ impl PeerComm {
     /// verdict on its input: a rank with bad input sends [`POISON`] counts, so every rank
     /// fails instead of waiting for it.
     ///
-    /// Three meetings of the ranks: the counts; the receive buffers' addresses and each
-    /// rank's ready event (agreed: no one pushes into a buffer that failed to allocate); each
-    /// rank's push events, which the receiver's stream waits on. A rank that failed to queue
-    /// its pushes says so at the third, after every rank has queued its waits, so no buffer is
-    /// freed while a push may still write it.
+    /// Three meetings of the ranks: the counts and column widths; the receive buffers'
+    /// addresses and each rank's ready event, or its failure to allocate (then no one pushes);
+    /// each rank's push events, which the receiver's stream waits on. A rank that failed to
+    /// queue its pushes waits for the ones it queued before the third meeting, so no buffer is
+    /// freed while a push may still read or write it. A meeting that fails (a peer gone or
+    /// past the time limit) leaves the receive buffers allocated and the communicator broken.
     fn exchange(
         &self,
         op: &'static str,
@@ -178,58 +198,65 @@ impl PeerComm {
         sends: &[(usize, usize)],
         checked: Result<()>,
     ) -> Result<ReceivedColumns<CudaBackend>> {
+        self.live(op)?;
         let (me, size) = (self.rank(), self.size());
         let parts = column_parts(columns);
-        // The columns' widths in order, a hex digit each: ranks must send alike tables.
-        let shape = parts
-            .iter()
-            .fold(0u64, |h, p| h.wrapping_mul(16) | p.2 as u64);
         let checked = checked.and_then(|()| self.check_backend(backend));
+        // Rows for each rank, then the columns' widths: ranks must send alike tables (a
+        // different number of columns is a different length, which the gather refuses).
         let header: Vec<u64> = match &checked {
             Ok(()) => sends.iter().map(|&(_, rows)| rows as u64).collect(),
             Err(_) => vec![POISON; size],
         }
         .into_iter()
-        .chain([shape, parts.len() as u64])
+        .chain(parts.iter().map(|p| p.2 as u64))
         .collect();
-        let all = self.host.all_gather(&header)?;
+        let all = self.meet(self.host.all_gather(&header))?;
         checked?;
-        let rows: Vec<&[u64]> = all.chunks(size + 2).collect();
+        let rows: Vec<&[u64]> = all.chunks(size + parts.len()).collect();
         if let Some(rank) = rows.iter().position(|r| r[..size].contains(&POISON)) {
             return Err(Error::PeerFailed { rank, op });
         }
         if rows.iter().any(|r| r[size..] != rows[me][size..]) {
             return Err(Error::RanksDisagree(format!(
-                "{op}: (column widths, columns) {:x?}",
-                rows.iter()
-                    .map(|r| (r[size], r[size + 1]))
-                    .collect::<Vec<_>>()
+                "{op}: column widths {:?}",
+                rows.iter().map(|r| &r[size..]).collect::<Vec<_>>()
             )));
         }
         let count = |from: usize, to: usize| usize::try_from(rows[from][to]).unwrap_or(usize::MAX);
         let recv_counts: Vec<usize> = (0..size).map(|from| count(from, me)).collect();
-        let received = total(&recv_counts).and_then(|n| alloc_like(backend, columns, n));
-        let local = received.and_then(|cols| {
-            self.ready
-                .record(backend.stream())
-                .map_err(joinkit_cuda::driver("recording the ready event"))?;
-            let ptrs = cols
-                .iter()
-                .map(|c| joinkit_cuda::each_column!(c, b => b.device_ptr()));
-            let words = [self.ready.cu_event() as u64]
+        let local = total(&recv_counts)
+            .and_then(|n| alloc_like(backend, columns, n))
+            .and_then(|cols| {
+                self.ready
+                    .record(backend.stream())
+                    .map_err(joinkit_cuda::driver("recording the ready event"))?;
+                Ok(cols)
+            });
+        // A failure word, the ready event, the columns' addresses.
+        let words: Vec<u64> = match &local {
+            Ok(cols) => [0, self.ready.cu_event() as u64]
                 .into_iter()
-                .chain(ptrs)
-                .collect();
-            Ok((cols, words))
-        });
-        let (received, words) = match local {
-            Ok((cols, words)) => (Some(cols), Ok(words)),
-            Err(e) => (None, Err(e)),
+                .chain(
+                    cols.iter()
+                        .map(|c| joinkit_cuda::each_column!(c, b => b.device_ptr())),
+                )
+                .collect(),
+            Err(_) => [1, 0].into_iter().chain(parts.iter().map(|_| 0)).collect(),
         };
-        let peers = self.host.agree_gather(op, 1 + parts.len(), words)?;
-        let Some(received) = received else {
-            return Err(Error::Corrupt(format!("{op}: agreed without buffers")));
+        let peers = match self.meet(self.host.all_gather(&words)) {
+            Ok(all) => all,
+            Err(e) => {
+                // A peer past the time limit may still read these addresses and push.
+                std::mem::forget(local);
+                return Err(e);
+            }
         };
+        let received = local?;
+        let peers: Vec<&[u64]> = peers.chunks(2 + parts.len()).collect();
+        if let Some(rank) = peers.iter().position(|w| w[0] != 0) {
+            return Err(Error::PeerFailed { rank, op });
+        }
         let queued = self.push(backend, &parts, sends, &peers, |p| {
             (0..me).map(|from| count(from, p)).sum()
         });
@@ -237,7 +264,7 @@ impl PeerComm {
             .into_iter()
             .chain(self.lanes.iter().map(|(_, e)| e.cu_event() as u64))
             .collect();
-        let all_done = match self.host.all_gather(&done) {
+        let all_done = match self.meet(self.host.all_gather(&done)) {
             Ok(all) => all,
             Err(e) => {
                 // A peer that never arrives may still be pushing into these buffers: keep them.
@@ -245,38 +272,64 @@ impl PeerComm {
                 return Err(queued.err().unwrap_or(e));
             }
         };
-        let stream = backend.stream().cu_stream();
-        let mut waited = Ok(());
-        for from in all_done.chunks(size + 1) {
-            // SAFETY: the event is a live peer's (it cannot record again or go before this
-            // rank meets it at the next collective); the stream is this rank's.
-            let code = unsafe { sys::cuStreamWaitEvent(stream, from[1 + me] as CUevent, 0) };
-            waited = waited.and(
+        let waited = backend.bind_to_thread().and_then(|()| {
+            let stream = backend.stream().cu_stream();
+            all_done.chunks(size + 1).try_for_each(|from| {
+                // SAFETY: the event is a live peer's: it cannot record again before this rank
+                // meets it at the next collective, and a broken peer leaks its events rather
+                // than destroy them; the stream is this rank's, its context current.
+                let code = unsafe { sys::cuStreamWaitEvent(stream, from[1 + me] as CUevent, 0) };
                 code.result()
-                    .map_err(joinkit_cuda::driver("waiting for a peer")),
-            );
-        }
-        queued?;
+                    .map_err(joinkit_cuda::driver("waiting for a peer"))
+            })
+        });
         if let Err(e) = waited {
+            // Unordered after the pushes into them: keep the buffers.
             std::mem::forget(received);
+            self.broken.set(true);
             return Err(e);
         }
+        queued?;
         if let Some(rank) = all_done.chunks(size + 1).position(|d| d[0] != 0) {
             return Err(Error::PeerFailed { rank, op });
         }
         Ok((received, recv_counts))
     }
 
+    /// Refuses a collective once the communicator is broken.
+    fn live(&self, op: &'static str) -> Result<()> {
+        if self.broken.get() {
+            Err(Error::Communication {
+                op,
+                message: "the communicator broke at an earlier time-out or lost peer".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `met`, the outcome of a meeting of the ranks; a peer gone or past the time limit
+    /// breaks the communicator: the ranks no longer call the same collectives in step, and a
+    /// late peer may still use this rank's buffers and events.
+    fn meet<T>(&self, met: Result<T>) -> Result<T> {
+        if matches!(met, Err(Error::Timeout { .. } | Error::PeerFailed { .. })) {
+            self.broken.set(true);
+        }
+        met
+    }
+
     /// Queues this rank's pushes: to each peer `p` (from the next rank on, so the ranks start
     /// on different links), on lane `p` after this rank's and `p`'s ready events, every
-    /// column's rows `sends[p]` to row `landing(p)` of `p`'s receive columns (`peers[p]`: its
-    /// ready event, then its columns' addresses); then the backend's stream waits for them.
+    /// column's rows `sends[p]` to row `landing(p)` of `p`'s receive columns (`peers[p]`: a
+    /// failure word, its ready event, then its columns' addresses); then the backend's stream
+    /// waits for them. On a failure, waits for every lane (the pushes queued before it must end
+    /// before the peers, told of the failure, free their buffers).
     fn push(
         &self,
         backend: &CudaBackend,
         parts: &[(CUdeviceptr, usize, usize)],
         sends: &[(usize, usize)],
-        peers: &[Vec<u64>],
+        peers: &[&[u64]],
         landing: impl Fn(usize) -> usize,
     ) -> Result<()> {
         let check =
@@ -290,14 +343,14 @@ impl PeerComm {
             let s: CUstream = lane.cu_stream();
             let (start, rows) = sends[p];
             let copies = || -> Result<()> {
-                for ready in [self.ready.cu_event(), peers[p][0] as CUevent] {
+                for ready in [self.ready.cu_event(), peers[p][1] as CUevent] {
                     // SAFETY: the events are live (this rank's, and `p`'s until the next
                     // meeting); the stream is this rank's lane.
                     check("waiting for a ready event", unsafe {
                         sys::cuStreamWaitEvent(s, ready, 0)
                     })?;
                 }
-                for (&(src, _, width), &dst) in parts.iter().zip(&peers[p][1..]) {
+                for (&(src, _, width), &dst) in parts.iter().zip(&peers[p][2..]) {
                     if rows == 0 {
                         continue;
                     }
@@ -329,6 +382,14 @@ impl PeerComm {
                     .map_err(joinkit_cuda::driver("waiting for a push")),
             );
         }
+        if queued.is_err() {
+            for (lane, _) in &self.lanes {
+                if lane.synchronize().is_err() {
+                    // Not known to have ended: the peers' buffers may still be written.
+                    self.broken.set(true);
+                }
+            }
+        }
         queued
     }
 }
@@ -349,7 +410,8 @@ impl Communicator for PeerComm {
     }
 
     fn all_gather(&self, values: &[u64]) -> Result<Vec<u64>> {
-        self.host.all_gather(values)
+        self.live("all_gather")?;
+        self.meet(self.host.all_gather(values))
     }
 
     fn all_to_all_v<T: Element>(
@@ -395,11 +457,12 @@ impl Communicator for PeerComm {
     }
 
     fn split(&self, color: usize, key: usize) -> Result<Self> {
-        let host = self.host.split(color, key)?;
+        self.live("split")?;
+        let host = self.meet(self.host.split(color, key))?;
         // A rank that cannot make its streams leaves the new group (its rendezvous is
         // dropped): the others' agreement fails with `PeerFailed`.
         let comm = Self::with_host(host, self.backend.clone())?;
-        comm.host.agree("split", Ok(()))?;
+        comm.meet(comm.host.agree("split", Ok(())))?;
         Ok(comm)
     }
 }

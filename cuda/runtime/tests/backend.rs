@@ -135,6 +135,16 @@ fn cuda_backend_meets_the_contract() {
     let after = gpu.memory().unwrap();
     assert_eq!(after.current_bytes, before.current_bytes);
     assert!(after.peak_bytes >= before.current_bytes + (1 << 20));
+    // A side stream's buffers count in the same figures, and its work is its own stream's.
+    let side = gpu.side_stream().unwrap();
+    contract(&side);
+    let on_side = side.alloc::<u64>(1 << 17).unwrap();
+    assert_eq!(
+        gpu.memory().unwrap().current_bytes,
+        before.current_bytes + (1 << 20)
+    );
+    drop(on_side);
+    assert_eq!(gpu.memory().unwrap().current_bytes, before.current_bytes);
 }
 
 /// Elements read back through the mapped word equal the download, at every position and both

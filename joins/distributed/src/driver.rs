@@ -32,6 +32,23 @@ enum Moved<B: JoinBackend, K: Key> {
     Local(Materialized<B>, JoinStats, (usize, usize)),
 }
 
+/// Tables that a second stream moves while the first computes. Whichever way the join leaves,
+/// both streams are waited for before any of them is freed: the other stream may still read
+/// or write it, and freed memory goes to the next allocation on the stream that freed it.
+struct InFlight<'s, B: Backend, K: Key> {
+    streams: [&'s B; 2],
+    tables: Vec<Table<B, K>>,
+}
+
+impl<B: Backend, K: Key> Drop for InFlight<'_, B, K> {
+    fn drop(&mut self) {
+        for s in self.streams {
+            // A failure here is the failed work's own, already returned by whoever queued it.
+            let _ = s.synchronize();
+        }
+    }
+}
+
 /// Everything a backend needs for the distributed joins: the single-device joins, the hash
 /// partition that picks each row's rank, the codec of compressed shuffles, and a second
 /// stream for the pipelined shuffle.
@@ -417,64 +434,74 @@ where
         // stream of its own, while the left side partitions; the left side sent while the
         // right side's partitions for the local join are built. Where the communicator's
         // collectives return once their transfers are queued (the copy engines') the transfers
-        // run under the kernels; where they wait for them (NCCL) the steps run in turn. The
-        // rows sent stay alive until the compute stream has waited for their transfer.
+        // run under the kernels; where they wait for them (NCCL) the steps run in turn.
         let cb = settle(comm, "opening the communication stream", b.side_stream())?;
+        let mut flight = InFlight {
+            streams: [b, &cb],
+            tables: Vec::with_capacity(4),
+        };
         let level = match two_level {
             Some(_) => Level::AcrossNodes,
             None => Level::AllToAll,
         };
         let two = two_level.as_ref();
-        let mut shuffled_ms = Vec::new();
+        // Each shuffle's start (host time) and marks on the communication stream around it;
+        // a mark's failure is said at the local join's agreement.
+        let mut shuffled = Vec::new();
         let mut shuffle =
             |clock: &mut Clock, t: &Table<C::Backend, K>, counts: &[usize], w, what| {
                 let start_ms = clock.now();
-                let from = cb.mark()?;
+                let from = cb.mark();
                 let got = shuffle_side(comm, &cb, two, t, counts, w, &mut traffic, what)?;
-                shuffled_ms.push((start_ms, from, cb.mark()?));
+                shuffled.push((start_ms, from, cb.mark()));
                 Ok::<_, Error>(got)
             };
         let (right, right_counts) = by_rank(&mut clock, right, "partitioning the right side")?;
-        let w = wire(&mut clock, &right, "right", level)?;
-        let right_in = shuffle(
-            &mut clock,
-            &right,
-            &right_counts,
-            &w,
-            "shuffling the right side",
-        )?;
+        flight.tables.push(right);
+        let w = wire(&mut clock, &flight.tables[0], "right", level)?;
+        let what = "shuffling the right side";
+        let right_in = shuffle(&mut clock, &flight.tables[0], &right_counts, &w, what)?;
+        flight.tables.push(right_in);
         let (left, left_counts) = by_rank(&mut clock, left, "partitioning the left side")?;
+        flight.tables.push(left);
         bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
-        let w = wire(&mut clock, &left, "left", level)?;
-        let left_in = shuffle(
-            &mut clock,
-            &left,
-            &left_counts,
-            &w,
-            "shuffling the left side",
-        )?;
-        let [(_, _, right_moved), (_, _, left_moved)] = &shuffled_ms[..] else {
-            return Err(Error::Corrupt("two shuffles, two marks".into()));
-        };
-        let (out, local) = clock.phase(b, "local join", || {
+        let w = wire(&mut clock, &flight.tables[2], "left", level)?;
+        let what = "shuffling the left side";
+        let left_in = shuffle(&mut clock, &flight.tables[2], &left_counts, &w, what)?;
+        flight.tables.push(left_in);
+        let moved: Result<Vec<_>> = (shuffled.into_iter())
+            .map(|(start_ms, from, to)| Ok((start_ms, from?, to?)))
+            .collect();
+        let (right_in, left_in) = (&flight.tables[1], &flight.tables[3]);
+        let (out, local, shuffle_ms) = clock.phase(b, "local join", || {
             let joined = (|| {
+                let moved = moved.as_ref().map_err(Clone::clone)?;
+                let [(_, _, right_moved), (_, _, left_moved)] = &moved[..] else {
+                    return Err(Error::Corrupt("two shuffles, two marks".into()));
+                };
                 b.wait_for(right_moved)?;
-                if !probes_partitioned(&opts.join, right_in.len(), true) {
+                let (out, stats) = if probes_partitioned(&opts.join, right_in.len(), true) {
+                    let probe = PartitionedProbe::build(b, right_in, &opts.join)?;
+                    let mut stats = Some(probe.build_stats().clone());
                     b.wait_for(left_moved)?;
-                    return join_columns(b, &left_in, &right_in, &opts.join);
-                }
-                let probe = PartitionedProbe::build(b, &right_in, &opts.join)?;
-                let mut stats = Some(probe.build_stats().clone());
-                b.wait_for(left_moved)?;
-                let (out, probed) = probe.probe_columns(&left_in)?;
-                add_stats(&mut stats, probed);
-                let stats = stats.ok_or_else(|| Error::Corrupt("no local join ran".into()))?;
-                Ok((out, stats))
+                    let (out, probed) = probe.probe_columns(left_in)?;
+                    add_stats(&mut stats, probed);
+                    let stats = stats.ok_or_else(|| Error::Corrupt("no local join ran".into()))?;
+                    (out, stats)
+                } else {
+                    b.wait_for(left_moved)?;
+                    join_columns(b, left_in, right_in, &opts.join)?
+                };
+                let shuffle_ms = (moved.iter())
+                    .map(|(start_ms, from, to)| {
+                        Ok((*start_ms, <C::Backend as SideStream>::ms_between(from, to)?))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((out, stats, shuffle_ms))
             })();
             settle(comm, "local join", joined)
         })?;
-        for (start_ms, from, to) in shuffled_ms {
-            let ms = <C::Backend as SideStream>::ms_between(&from, &to)?;
+        for (start_ms, ms) in shuffle_ms {
             add_phase(&mut clock.phases, "shuffle", ms);
             clock.spans.push(Span {
                 lane: "communication",
@@ -485,7 +512,6 @@ where
             });
         }
         let local_rows = (left_in.len(), right_in.len());
-        drop((left, right));
         Moved::Local(out, local, local_rows)
     } else {
         // Heavy rows split off: left ones stay, right ones go to every rank.

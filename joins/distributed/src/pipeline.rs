@@ -98,12 +98,7 @@ impl SideStream for CpuBackend {
 #[cfg(feature = "cuda")]
 impl SideStream for joinkit_cuda::CudaBackend {
     fn side_stream(&self) -> Result<Self> {
-        self.bind_to_thread()?;
-        let stream = self
-            .context()
-            .new_stream()
-            .map_err(joinkit_cuda::driver("creating the communication stream"))?;
-        Self::with_stream(stream)
+        joinkit_cuda::CudaBackend::side_stream(self)
     }
 
     fn enter(&self) -> Result<()> {

@@ -233,8 +233,11 @@ fn measure_link<C: Communicator>(comm: &C, b: &C::Backend, peers: &[usize]) -> R
         let words = [large, small][which];
         comm.barrier()?;
         let start = Instant::now();
-        comm.all_to_all_v(b, &send[which], &counts_of(words))?;
+        let moved = comm.all_to_all_v(b, &send[which], &counts_of(words))?;
+        // The transfer may only be queued when the call returns (copy engines).
+        b.synchronize()?;
         nanos[which] = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        drop(moved);
     }
     let slowest = comm.all_reduce(&nanos, ReduceOp::Max)?;
     let sent = comm.all_reduce(&[u64::from(!peers.is_empty())], ReduceOp::Max)?[0];

@@ -229,8 +229,9 @@ mod gpu {
     }
 
     /// The last rank stops taking part (alive, its buffers kept): every other rank's
-    /// all-to-all ends with a time-out at `limit` (the communicators' limit), and the stopped
-    /// rank's communicator is dropped without hanging.
+    /// all-to-all ends with a time-out at `limit` (the communicators' limit), its next
+    /// collective is refused at once, and the stopped rank's communicator is dropped without
+    /// hanging.
     pub(crate) fn last_rank_stops<C: Communicator<Backend = CudaBackend>>(
         backends: &[CudaBackend],
         comms: Vec<C>,
@@ -245,18 +246,25 @@ mod gpu {
             }
             let send = b.upload(&vec![1u64; comm.size() * 1000])?;
             let got = comm.all_to_all_v(b, &send, &vec![1000; comm.size()]);
-            Ok(Some((got.map(drop), started.elapsed())))
+            let took = started.elapsed();
+            // The ranks are out of step now: the communicator refuses what comes next.
+            let next = comm.barrier();
+            Ok(Some((got.map(drop), took, next)))
         });
         let ranks = results.len();
         for (r, res) in results.into_iter().enumerate() {
             match res.unwrap_or_else(|e| panic!("rank {r}: {e}")) {
                 None => assert_eq!(r, ranks - 1),
-                Some((got, took)) => {
+                Some((got, took, next)) => {
                     assert!(
                         matches!(got, Err(joinkit_cuda::Error::Timeout { .. })),
                         "rank {r}: {got:?}"
                     );
                     assert!(took >= limit && took < limit * 4, "rank {r}: {took:?}");
+                    assert!(
+                        matches!(next, Err(joinkit_cuda::Error::Communication { .. })),
+                        "rank {r}: {next:?}"
+                    );
                 }
             }
         }

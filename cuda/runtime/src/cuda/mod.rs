@@ -245,6 +245,25 @@ impl CudaBackend {
     /// # Errors
     /// Driver errors reading the device's properties.
     pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        Self::on_stream(stream, Arc::default())
+    }
+
+    /// A backend on this one's device with a new stream of its own, for work that runs beside
+    /// this backend's: its allocations count in the same memory figures ([`Backend::memory`]),
+    /// one device's memory held through either. Each keeps its own freed allocations (their
+    /// reuse is ordered on the stream that freed them).
+    ///
+    /// # Errors
+    /// Driver errors creating the stream.
+    pub fn side_stream(&self) -> Result<Self> {
+        self.bind_to_thread()?;
+        let stream = (self.inner.ctx)
+            .new_stream()
+            .map_err(|e| driver_error("creating a stream", e))?;
+        Self::on_stream(stream, Arc::clone(&self.inner.memory))
+    }
+
+    fn on_stream(stream: Arc<CudaStream>, memory: Arc<MemoryTracker>) -> Result<Self> {
         let ctx = stream.context().clone();
         let info = Self::read_info(&ctx)?;
         let pool = MemPool::keep_freed_memory(&ctx)?;
@@ -255,7 +274,7 @@ impl CudaBackend {
                 pool,
                 stream,
                 info,
-                memory: Arc::default(),
+                memory,
                 cache,
                 functions: Mutex::default(),
                 readback: Mutex::default(),
