@@ -184,9 +184,10 @@ impl PeerComm {
     /// verdict on its input: a rank with bad input sends [`POISON`] counts, so every rank
     /// fails instead of waiting for it.
     ///
-    /// Three meetings of the ranks: the counts and column widths; the receive buffers'
+    /// Four meetings of the ranks: the counts and column widths; the receive buffers'
     /// addresses and each rank's ready event, or its failure to allocate (then no one pushes);
-    /// each rank's push events, which the receiver's stream waits on. A rank that failed to
+    /// each rank's push events, which the receiver's stream waits on; and one once every rank
+    /// has queued those waits (so no event is destroyed before it). A rank that failed to
     /// queue its pushes waits for the ones it queued before the third meeting, so no buffer is
     /// freed while a push may still read or write it. A meeting that fails (a peer gone or
     /// past the time limit) leaves the receive buffers allocated and the communicator broken.
@@ -275,16 +276,19 @@ impl PeerComm {
         let waited = backend.bind_to_thread().and_then(|()| {
             let stream = backend.stream().cu_stream();
             all_done.chunks(size + 1).try_for_each(|from| {
-                // SAFETY: the event is a live peer's: it cannot record again before this rank
-                // meets it at the next collective, and a broken peer leaks its events rather
-                // than destroy them; the stream is this rank's, its context current.
+                // SAFETY: the event is a live peer's: it cannot record again, nor be destroyed
+                // with its communicator, before every rank has passed the meeting below, and a
+                // broken peer leaks its events; the stream is this rank's, its context current.
                 let code = unsafe { sys::cuStreamWaitEvent(stream, from[1 + me] as CUevent, 0) };
                 code.result()
                     .map_err(joinkit_cuda::driver("waiting for a peer"))
             })
         });
-        if let Err(e) = waited {
-            // Unordered after the pushes into them: keep the buffers.
+        // Every rank has queued its waits on the others' events before any returns (and may
+        // drop its communicator, destroying them).
+        let met = self.meet(self.host.barrier());
+        if let Err(e) = waited.and(met) {
+            // Not known to be ordered after the pushes into them: keep the buffers.
             std::mem::forget(received);
             self.broken.set(true);
             return Err(e);
