@@ -131,9 +131,11 @@ pub(crate) fn choose<T: Element>(samples: &[Vec<T>], cfg: &SelectorConfig) -> Re
         .map(|c| c.iter().map(|v| v.to_bits()).collect())
         .collect();
     let raw_bytes = (sampled * (bits as usize / 8)) as f64;
+    // Every (scheme, chunk) pair at once: a scheme at a time left most of a wide machine idle
+    // (a distributed join's plan chose schemes for 19.7 ms on 4 H200s' host).
     let candidates: Vec<(Scheme, f64)> = cfg
         .candidates
-        .iter()
+        .par_iter()
         .map(|scheme| {
             let words: usize = chunks
                 .par_iter()
