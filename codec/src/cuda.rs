@@ -157,29 +157,6 @@ fn copy_segments(backend: &CudaBackend, src: u64, segs: &[u64], dst: u64) -> Res
         .map_err(driver("launching codec_copy_segments"))
 }
 
-/// Copies `view[r]` to the host (synchronizes).
-///
-/// # Errors
-/// Driver errors.
-pub fn download_range<T: Element>(
-    backend: &CudaBackend,
-    view: &CudaView<'_, T>,
-    r: Range<usize>,
-) -> Result<Vec<T>> {
-    let mut host = vec![T::default(); r.len()];
-    if !r.is_empty() {
-        backend
-            .stream()
-            .memcpy_dtoh(&view.slice(r), &mut host)
-            .map_err(driver("copying to the host"))?;
-        backend
-            .stream()
-            .synchronize()
-            .map_err(driver("synchronizing"))?;
-    }
-    Ok(host)
-}
-
 /// Downloads a device buffer (synchronizes).
 fn fetch(backend: &CudaBackend, buf: &DeviceBuffer<u64>) -> Result<Vec<u64>> {
     backend.download(buf)

@@ -379,10 +379,26 @@ impl Codec for joinkit_cuda::CudaBackend {
         config: &SelectorConfig,
     ) -> Result<Selection> {
         config.check()?;
-        let samples = select::windows(input.len(), config)
-            .into_iter()
-            .map(|r| cuda::download_range(self, &input.view(), r))
-            .collect::<Result<Vec<Vec<T>>>>()?;
+        // The windows gathered on the device and read back in one download: a download and
+        // its wait each cost tens of microseconds, more on a busy host.
+        let windows = select::windows(input.len(), config);
+        let total = windows.iter().map(|r| r.len()).sum();
+        let mut gathered = self.alloc::<T>(total)?;
+        let mut at = 0;
+        for r in &windows {
+            self.copy_range_into(input, r.clone(), &mut gathered, at)?;
+            at += r.len();
+        }
+        let values = self.download(&gathered)?;
+        let mut rest = &values[..];
+        let samples: Vec<Vec<T>> = windows
+            .iter()
+            .map(|r| {
+                let (window, after) = rest.split_at(r.len());
+                rest = after;
+                window.to_vec()
+            })
+            .collect();
         select::choose(&samples, config)
     }
 }
