@@ -1,6 +1,6 @@
 # Copy-engine all-to-all across the GPUs of one process (CuPy): pull or push, one stream or one per
 # peer, and beside a memory-bound kernel; the first look behind joinkit_comm::peer::PeerComm
-# (docs/results/distributed.md, seventh session). Usage: python3 copy-engine-a2a.py [bytes a rank]
+# (docs/results/distributed.md, sixth session). Usage: python3 copy-engine-a2a.py [bytes a rank]
 import cupy as cp, time, sys
 rt = cp.cuda.runtime
 n = rt.getDeviceCount()
