@@ -43,7 +43,8 @@ pub(crate) struct DistributedArgs {
     /// that every rank shares), `nccl` (one GPU per rank: --gpus in this process, or this
     /// process's rank when a launcher set RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS) or
     /// `peer` (one GPU per rank of --gpus in this process, buffers pushed by the copy engines).
-    /// Default: `peer` when --gpus names GPUs, else `local`.
+    /// Default: `peer` when --gpus names GPUs (`nccl` where they lack peer access), else
+    /// `local`.
     #[arg(long, value_enum)]
     comm: Option<CommKind>,
     /// In-process ranks (--comm local), 1 to 1024.
@@ -889,7 +890,16 @@ mod nccl {
             ));
         }
         let backends = open(&args.gpus)?;
-        let comms = PeerComm::init_all(&backends, config)?;
+        let comms = match PeerComm::init_all(&backends, config) {
+            Ok(comms) => comms,
+            // Without --comm, GPUs that cannot map each other's memory go over NCCL.
+            Err(Error::InvalidArgument(_)) if args.comm.is_none() => {
+                let comms = NcclComm::init_all(&backends, config)?;
+                let name = "nccl (one process, every GPU; no peer access)";
+                return on_each_gpu::<K, _>(args, &backends, comms, runs, name);
+            }
+            Err(e) => return Err(e.into()),
+        };
         on_each_gpu::<K, _>(
             args,
             &backends,
