@@ -33,6 +33,13 @@ constexpr int kMaxColumns = 16;
 constexpr uint32_t kNoBucket = 0xffffffffu;
 constexpr uint32_t kInvalid = 0xffffffffu;  // digit of a lane past the end of the input
 
+// Digits each thread owns in the per-digit steps: RADIX / kThreads, and one for the small
+// class (16 digits), whose threads past the 16th own none.
+template <int RADIX>
+__host__ __device__ constexpr int digits_per_thread() {
+  return RADIX >= kThreads ? RADIX / kThreads : 1;
+}
+
 template <int RADIX>
 struct Shape;
 template <>
@@ -74,7 +81,7 @@ template <int RADIX>
 struct TileSmem {
   static constexpr int kItems = Shape<RADIX>::kItems;
   static constexpr int kTile = kThreads * kItems;
-  static constexpr int kDpt = RADIX / kThreads;  // digits owned by each thread
+  static constexpr int kDpt = digits_per_thread<RADIX>();
   // One column of the tile in partition order (any width up to 8 bytes).
   uint64_t buf[kTile];
   union {
@@ -100,14 +107,16 @@ __device__ __forceinline__ uint32_t item_index(int j) {
 }
 
 // The lanes of the warp holding the same digit as this one (valid digits only: lanes past the
-// end, kInvalid, match no one). One ballot per digit bit: plain votes, cheaper than
-// __match_any_sync, which keeps the shared-memory pipe free for the ranking's counters.
+// end, kInvalid, match no one). One ballot per digit bit, `bits` of them (the digits lie below
+// 2^bits: 2 for a fan-out of 4): plain votes, cheaper than __match_any_sync, which keeps the
+// shared-memory pipe free for the ranking's counters.
 template <int RADIX>
-__device__ __forceinline__ unsigned match_digit(uint32_t d) {
-  constexpr int kBits = RADIX == 256 ? 8 : 10;
+__device__ __forceinline__ unsigned match_digit(uint32_t d, int bits) {
+  constexpr int kBits = RADIX == 16 ? 4 : RADIX == 256 ? 8 : 10;
   unsigned peers = __ballot_sync(kFullMask, d != kInvalid);
 #pragma unroll
   for (int b = 0; b < kBits; ++b) {
+    if (b >= bits) break;
     const bool bit = (d >> b) & 1u;
     const unsigned m = __ballot_sync(kFullMask, bit);
     peers &= bit ? m : ~m;
@@ -119,12 +128,12 @@ __device__ __forceinline__ unsigned match_digit(uint32_t d) {
 // (digit << 16) | pos, pos being the element's place in the tile sorted stably by digit (still
 // kInvalid past the end); start[d] holds the start of digit d's run and total[k] the count of
 // the k-th digit this thread owns (digits threadIdx.x * kDpt + k). Item j of lane l of warp w
-// is tile element item_index<ITEMS>(j), so the ranking is stable.
+// is tile element item_index<ITEMS>(j), so the ranking is stable. The digits lie below 2^bits.
 template <int RADIX, int ITEMS>
 __device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX], uint16_t* start,
                                           uint64_t* scan, uint32_t (&slot)[ITEMS],
-                                          uint32_t (&total)[RADIX / kThreads]) {
-  constexpr int kDpt = RADIX / kThreads;
+                                          uint32_t (&total)[digits_per_thread<RADIX>()], int bits) {
+  constexpr int kDpt = digits_per_thread<RADIX>();
   const unsigned lane = joinkit::lane_id();
   const unsigned warp = joinkit::warp_id();
   for (int d = lane; d < RADIX; d += kWarpSize) warp_count[warp][d] = 0;
@@ -133,7 +142,7 @@ __device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX],
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     const uint32_t d = slot[j];
-    const unsigned peers = match_digit<RADIX>(d);
+    const unsigned peers = match_digit<RADIX>(d, bits);
     uint32_t before = 0;
     if (d != kInvalid) before = warp_count[warp][d];
     __syncwarp();
@@ -152,6 +161,7 @@ __device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX],
     uint32_t run = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
+      if (d >= RADIX) break;
       const uint32_t c = warp_count[w][d];
       warp_count[w][d] = static_cast<uint16_t>(run);
       run += c;
@@ -163,7 +173,7 @@ __device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX],
   uint64_t excl = joinkit::block_exclusive_scan<uint64_t>(sum, scan, &all);
 #pragma unroll
   for (int k = 0; k < kDpt; ++k) {
-    start[threadIdx.x * kDpt + k] = static_cast<uint16_t>(excl);
+    if (threadIdx.x * kDpt + k < RADIX) start[threadIdx.x * kDpt + k] = static_cast<uint16_t>(excl);
     excl += total[k];
   }
   __syncthreads();
@@ -177,6 +187,11 @@ __device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX],
 }
 
 __device__ __forceinline__ uint32_t pos_of(uint32_t slot) { return slot & 0xffffu; }
+
+// Bits that hold every digit below `fanout`.
+__device__ __forceinline__ int digit_bits(uint32_t fanout) {
+  return fanout <= 1 ? 0 : 32 - __clz(fanout - 1);
+}
 
 // Loads the tile's keys, computes their digits into `slot` (kInvalid past the end) and parks the
 // keys in the staging buffer in input order for stage_keys.
@@ -385,7 +400,7 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
                       uint64_t* offsets, const Columns& cols) {
   using S = SweepSmem<RADIX, ITEMS>;
   constexpr int kTile = S::kTile;
-  constexpr int kDpt = RADIX / kThreads;
+  constexpr int kDpt = digits_per_thread<RADIX>();
   __shared__ S s;
   extern __shared__ __align__(16) char tile[];
   const uint64_t chunks = gridDim.x;
@@ -411,6 +426,7 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
     }
     if (offsets != nullptr && chunk == 0 && threadIdx.x == 0) offsets[fn.fanout] = all;
   }
+  const int bits = digit_bits(fn.fanout);
   const uint64_t begin_row = chunk * chunk_rows;
   const uint64_t end_row = min(n, begin_row + chunk_rows);
   // Starts copying the tile of rows [b, b + kTile) (or to the chunk's end) into `buf`.
@@ -438,14 +454,14 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
       const uint32_t idx = item_index<ITEMS>(j);
       slot[j] = idx < count ? fn(tile_keys[idx]) : kInvalid;
     }
-    rank_tile<RADIX, ITEMS>(s.warp_count, s.start, s.scan, slot, total);
+    rank_tile<RADIX, ITEMS>(s.warp_count, s.start, s.scan, slot, total, bits);
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j)
       if (slot[j] != kInvalid) s.map[pos_of(slot[j])] = (slot[j] & 0xffff0000u) | item_index<ITEMS>(j);
 #pragma unroll
     for (int k = 0; k < kDpt; ++k) {
       const uint32_t d = threadIdx.x * kDpt + k;
-      s.dest[d] = base[k] - s.start[d];
+      if (d < RADIX) s.dest[d] = base[k] - s.start[d];
     }
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
@@ -543,7 +559,7 @@ __device__ void bucket_chain(const K* __restrict__ keys, K* pool_keys, uint64_t 
         static_cast<uint32_t>(min(static_cast<uint64_t>(S::kTile), end_row - begin));
     uint32_t slot[kItems], total[kDpt];
     load_tile<K, RADIX>(keys, begin, count, fn, reinterpret_cast<K*>(s.buf), slot);
-    rank_tile<RADIX, kItems>(s.u.warp_count, s.start, s.scan, slot, total);
+    rank_tile<RADIX, kItems>(s.u.warp_count, s.start, s.scan, slot, total, digit_bits(fn.fanout));
     stage_keys<K, RADIX>(s, slot);
     __syncthreads();  // ranking is done with the per-warp counters: reuse them for reservations
 #pragma unroll
@@ -605,12 +621,15 @@ __device__ void offsets_linear(const K* __restrict__ keys, uint64_t n, uint32_t 
 
 }  // namespace
 
-#define JK_PARTITION_KERNELS(T, K, R)                                                      \
+#define JK_HIST_KERNEL(T, K, R)                                                             \
   extern "C" __global__ void __launch_bounds__(kThreads)                                  \
       part_hist##R##_##K(const T* keys, uint64_t n, DigitFn fn, uint64_t* counts,          \
                          uint64_t chunk_rows) {                                           \
     histogram<T, R>(keys, n, fn, counts, chunk_rows);                                     \
-  }                                                                                       \
+  }
+
+#define JK_PARTITION_KERNELS(T, K, R)                                                      \
+  JK_HIST_KERNEL(T, K, R)                                                                 \
   extern "C" __global__ void __launch_bounds__(kThreads) part_bucket##R##_##K(            \
       const T* keys, T* pool_keys, uint64_t n, DigitFn fn, uint64_t* state, uint32_t* next, \
       uint64_t* counts, uint32_t* used, uint32_t pool_cap, uint32_t cap, uint64_t chunk_rows, \
@@ -619,25 +638,32 @@ __device__ void offsets_linear(const K* __restrict__ keys, uint64_t n, uint32_t 
                        chunk_rows, cols);                                                 \
   }
 
-// The scatter, per key type, fan-out class and tile size (ITEMS rows per thread). Shared memory
-// allows two blocks per SM, so up to 128 registers.
-#define JK_SWEEP_KERNEL(T, K, R, I)                                                         \
-  extern "C" __global__ void __launch_bounds__(kThreads, 2) part_sweep##R##x##I##_##K(       \
+// The scatter, per key type, fan-out class and tile size (ITEMS rows per thread), with B blocks
+// per SM: shared memory allows two of the 64 KiB tiles (up to 128 registers), four of the small
+// class's 32 KiB ones (up to 64).
+#define JK_SWEEP_KERNEL(T, K, R, I, B)                                                      \
+  extern "C" __global__ void __launch_bounds__(kThreads, B) part_sweep##R##x##I##_##K(       \
       const T* keys, T* keys_out, uint64_t n, DigitFn fn, const uint64_t* counts,           \
       const uint64_t* totals, uint64_t chunk_rows, uint64_t* offsets, Columns cols) {       \
     sweep<T, R, I>(keys, keys_out, n, fn, counts, totals, chunk_rows, offsets, cols);       \
   }
 
-JK_SWEEP_KERNEL(uint32_t, u32, 256, 32)
-JK_SWEEP_KERNEL(uint64_t, u64, 256, 32)
-JK_SWEEP_KERNEL(uint32_t, u32, 256, 16)
-JK_SWEEP_KERNEL(uint64_t, u64, 256, 16)
-JK_SWEEP_KERNEL(uint32_t, u32, 256, 8)
-JK_SWEEP_KERNEL(uint64_t, u64, 256, 8)
-JK_SWEEP_KERNEL(uint32_t, u32, 1024, 16)
-JK_SWEEP_KERNEL(uint64_t, u64, 1024, 16)
-JK_SWEEP_KERNEL(uint32_t, u32, 1024, 8)
-JK_SWEEP_KERNEL(uint64_t, u64, 1024, 8)
+JK_SWEEP_KERNEL(uint32_t, u32, 16, 16, 4)
+JK_SWEEP_KERNEL(uint64_t, u64, 16, 16, 4)
+JK_SWEEP_KERNEL(uint32_t, u32, 256, 32, 2)
+JK_SWEEP_KERNEL(uint64_t, u64, 256, 32, 2)
+JK_SWEEP_KERNEL(uint32_t, u32, 256, 16, 2)
+JK_SWEEP_KERNEL(uint64_t, u64, 256, 16, 2)
+JK_SWEEP_KERNEL(uint32_t, u32, 256, 8, 2)
+JK_SWEEP_KERNEL(uint64_t, u64, 256, 8, 2)
+JK_SWEEP_KERNEL(uint32_t, u32, 1024, 16, 2)
+JK_SWEEP_KERNEL(uint64_t, u64, 1024, 16, 2)
+JK_SWEEP_KERNEL(uint32_t, u32, 1024, 8, 2)
+JK_SWEEP_KERNEL(uint64_t, u64, 1024, 8, 2)
+
+// The small class (fan-outs up to 16) has a histogram and a scatter, no bucket chains.
+JK_HIST_KERNEL(uint32_t, u32, 16)
+JK_HIST_KERNEL(uint64_t, u64, 16)
 
 JK_PARTITION_KERNELS(uint32_t, u32, 256)
 JK_PARTITION_KERNELS(uint64_t, u64, 256)

@@ -80,7 +80,27 @@ impl DigitFn {
     fn radix_size(&self) -> u32 {
         if self.fanout <= 256 { 256 } else { 1024 }
     }
+
+    /// The fan-out class of a histogram-and-scatter pass moving `cols`: the small class (16
+    /// counters, a ballot per digit bit, [`SMALL_TILE_BYTES`] tiles so that four blocks share
+    /// an SM) for fan-outs up to 16 whose rows one such launch moves, else
+    /// [`DigitFn::radix_size`]. Why: a fan-out of 4 (the distributed join's partition by rank)
+    /// ran the 256-counter scatter at 49 % of the copy bandwidth, its ranking and two blocks an
+    /// SM the bound (ncu: 23 % occupancy, barrier stalls).
+    fn sweep_class(&self, key_bits: u32, cols: &[ColSpec]) -> u32 {
+        let one_launch = matches!(
+            sweep_groups(SMALL_RADIX, key_bits, cols).as_deref(),
+            Ok([_])
+        );
+        if self.fanout <= SMALL_RADIX && one_launch {
+            return SMALL_RADIX;
+        }
+        self.radix_size()
+    }
 }
+
+/// Counters of the small fan-out class (`part_hist16_*`, `part_sweep16x*_*`).
+const SMALL_RADIX: u32 = 16;
 
 /// Mirrors `Columns` in kernels/partition.cu (passed by value).
 #[repr(C)]
@@ -330,11 +350,13 @@ macro_rules! launch {
 }
 
 fn hist_name(radix: u32, key_bits: u32) -> &'static str {
-    match (radix == 256, key_bits == 32) {
-        (true, true) => "part_hist256_u32",
-        (true, false) => "part_hist256_u64",
-        (false, true) => "part_hist1024_u32",
-        (false, false) => "part_hist1024_u64",
+    match (radix, key_bits == 32) {
+        (SMALL_RADIX, true) => "part_hist16_u32",
+        (SMALL_RADIX, false) => "part_hist16_u64",
+        (256, true) => "part_hist256_u32",
+        (256, false) => "part_hist256_u64",
+        (_, true) => "part_hist1024_u32",
+        (_, false) => "part_hist1024_u64",
     }
 }
 
@@ -357,6 +379,14 @@ const CHUNK_ALIGN: u64 = 8192;
 /// the ranking's arrays. Double-buffering the tiles instead (half the rows) was slower.
 const SWEEP_TILE_BYTES: usize = 64 << 10;
 
+/// The small class's tile: 4096 rows of at most 8 bytes (a 4-byte key and one 4-byte column or
+/// row ids), four blocks an SM, a digit's run in a tile still long (a fan-out of 4: about 1024
+/// rows). H200, 2^28 rows, fan-out 4: 4-byte keys and values 2.62 → 2.19 ms (49 → 58 % of
+/// copy); wider rows measured level or slower with the small class (8-byte keys and 4-byte
+/// values 2.64 → 2.71, 8 and 8 bytes 3.38 → 3.24 with 2048-row tiles), so they keep the
+/// 256-counter scatter.
+const SMALL_TILE_BYTES: usize = 32 << 10;
+
 /// A scatter kernel (fan-out class and rows per thread) and its shared memory.
 #[derive(Debug, Clone, Copy)]
 struct Sweep {
@@ -366,25 +396,35 @@ struct Sweep {
 }
 
 impl Sweep {
-    /// The largest tile that fits [`SWEEP_TILE_BYTES`] for rows of `row_bytes` (key plus
-    /// columns read from memory); `None` when even the smallest (2048 rows) does not.
+    /// The largest tile of fan-out class `radix` that fits its limit ([`SWEEP_TILE_BYTES`],
+    /// [`SMALL_TILE_BYTES`]) for rows of `row_bytes` (key plus columns read from memory);
+    /// `None` when even the smallest (2048 rows; 4096 for the small class) does not.
     fn pick(radix: u32, key_bits: u32, row_bytes: usize) -> Option<Sweep> {
         // (rows per thread, kernel for u32 keys, for u64 keys), largest tile first.
-        let kernels: &[(u32, &'static str, &'static str)] = if radix == 256 {
-            &[
-                (32, "part_sweep256x32_u32", "part_sweep256x32_u64"),
-                (16, "part_sweep256x16_u32", "part_sweep256x16_u64"),
-                (8, "part_sweep256x8_u32", "part_sweep256x8_u64"),
-            ]
-        } else {
-            &[
-                (16, "part_sweep1024x16_u32", "part_sweep1024x16_u64"),
-                (8, "part_sweep1024x8_u32", "part_sweep1024x8_u64"),
-            ]
+        let (kernels, limit): (&[(u32, &'static str, &'static str)], usize) = match radix {
+            SMALL_RADIX => (
+                &[(16, "part_sweep16x16_u32", "part_sweep16x16_u64")],
+                SMALL_TILE_BYTES,
+            ),
+            256 => (
+                &[
+                    (32, "part_sweep256x32_u32", "part_sweep256x32_u64"),
+                    (16, "part_sweep256x16_u32", "part_sweep256x16_u64"),
+                    (8, "part_sweep256x8_u32", "part_sweep256x8_u64"),
+                ],
+                SWEEP_TILE_BYTES,
+            ),
+            _ => (
+                &[
+                    (16, "part_sweep1024x16_u32", "part_sweep1024x16_u64"),
+                    (8, "part_sweep1024x8_u32", "part_sweep1024x8_u64"),
+                ],
+                SWEEP_TILE_BYTES,
+            ),
         };
         kernels.iter().find_map(|&(items, n32, n64)| {
             let smem = (THREADS * items) as usize * row_bytes;
-            (smem <= SWEEP_TILE_BYTES).then_some(Sweep {
+            (smem <= limit).then_some(Sweep {
                 name: if key_bits == 32 { n32 } else { n64 },
                 smem,
             })
@@ -514,12 +554,12 @@ impl Pass<'_> {
         key_bits: u32,
         cols: &[ColSpec],
     ) -> Result<Plan> {
-        let (_, first) = sweep_groups(digit.radix_size(), key_bits, cols)?[0];
+        let (_, first) = sweep_groups(digit.sweep_class(key_bits, cols), key_bits, cols)?[0];
         Plan::new(backend, n, first.name, first.smem)
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<()> {
-        let radix = self.digit.radix_size();
+        let radix = self.digit.sweep_class(self.key_bits, self.cols);
         // part_histR_K(keys[n], n, fn, counts[fanout * chunks], chunk_rows)
         launch!(
             backend,

@@ -336,6 +336,9 @@ fn check_hash<K: Key + Arbitrary>(test: &str) {
         Just(1usize),
         Just(2),
         Just(3),
+        Just(4),
+        Just(16),
+        Just(17),
         Just(256),
         Just(257),
         Just(512),
@@ -887,11 +890,15 @@ mod large {
         let Some(g) = gpu("hash_large_is_a_partition") else {
             return;
         };
+        // 4, 3 and 16: the small fan-out class's scatter (an odd size leaves a partial tile).
         for (keys, fanout) in [
             (uniform::<u32>(N), 1024usize),
             (skewed(N), 512),
             (skewed(N), 1000),
             (skewed(N), 256),
+            (uniform::<u32>(N + 3), 4),
+            (skewed(N), 3),
+            (skewed(N - 1), 16),
         ] {
             let (dev, pa, pb) = partition_all(&g, &keys, |g, dk, cols| {
                 gpu_host(
@@ -901,6 +908,73 @@ mod large {
             });
             let part_of = |x: u32| hash_partition_of(x, 17, fanout as u32);
             check_partition(&keys, &pa, &pb, fanout, part_of, &dev, false).unwrap();
+        }
+    }
+
+    /// 8-byte keys at small fan-outs (the distributed join's partition by rank), with row ids
+    /// only (the small class's 8-byte-key scatter) and with a 4-byte column too (the
+    /// 256-counter one), against the CPU twin's partitions.
+    #[test]
+    fn hash_small_fanout_u64_equals_cpu() {
+        let Some(g) = gpu("hash_small_fanout_u64_equals_cpu") else {
+            return;
+        };
+        let cpu = CpuBackend::new();
+        let cases = [(N + 5, 4usize), (N, 2), (3 * 4096 + 1, 16), (N / 2, 7)];
+        for ((n, fanout), with_column) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
+            let keys = uniform::<u64>(n);
+            let ids: Vec<u32> = (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect();
+            let column = with_column.then(|| ids.clone());
+            let dev_cols: Vec<_> = column
+                .iter()
+                .map(|v| Column::U32(g.upload(v).unwrap()))
+                .collect();
+            let cpu_cols: Vec<_> = column.iter().map(|v| Column::U32(v.clone())).collect();
+            let dev = g
+                .hash_partition(&g.upload(&keys).unwrap(), &dev_cols, fanout, 9, RowIds::U32)
+                .unwrap();
+            let want = cpu
+                .hash_partition(&keys, &cpu_cols, fanout, 9, RowIds::U32)
+                .unwrap();
+            let (dk, doff) = (
+                g.download(&dev.keys).unwrap(),
+                g.download(&dev.offsets).unwrap(),
+            );
+            assert_eq!(doff, want.offsets, "offsets, fan-out {fanout}");
+            let rows = bits(&g, dev.row_ids.as_ref().unwrap());
+            let want_rows = bits(&cpu, want.row_ids.as_ref().unwrap());
+            let dcol = dev
+                .payloads
+                .first()
+                .map_or_else(|| vec![0; n], |c| bits(&g, c));
+            let wcol = want
+                .payloads
+                .first()
+                .map_or_else(|| vec![0; n], |c| bits(&cpu, c));
+            for p in 0..fanout {
+                let (lo, hi) = (doff[p] as usize, doff[p + 1] as usize);
+                let mut got: Vec<_> = (lo..hi).map(|j| (dk[j], dcol[j], rows[j])).collect();
+                for &(k, c, r) in &got {
+                    assert_eq!(hash_partition_of(k, 9, fanout as u32), p);
+                    assert_eq!(k, keys[r as usize]);
+                    assert_eq!(
+                        c,
+                        if with_column {
+                            u64::from(ids[r as usize])
+                        } else {
+                            0
+                        }
+                    );
+                }
+                let mut exp: Vec<_> = (lo..hi)
+                    .map(|j| (want.keys[j], wcol[j], want_rows[j]))
+                    .collect();
+                got.sort_unstable();
+                exp.sort_unstable();
+                assert_eq!(got, exp, "partition {p} of {fanout}, column {with_column}");
+            }
         }
     }
 
