@@ -50,13 +50,7 @@ where
         let at = b.upload(&at)?;
         b.download(&b.gather(left, &at, Bounds::Trust)?)?
     };
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    for k in &sample {
-        *counts.entry(k.to_u64()).or_default() += 1;
-    }
-    let mut top: Vec<(u64, u64)> = counts.into_iter().collect();
-    top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    top.truncate(CANDIDATES);
+    let top = most_frequent(sample.iter().map(|k| k.to_u64()).collect(), CANDIDATES);
     let mut post = vec![0u64; 2 + 2 * CANDIDATES];
     post[0] = rows as u64;
     post[1] = take as u64;
@@ -89,6 +83,28 @@ where
     Ok(heavy)
 }
 
+/// The `n` most frequent values of `sample` with their counts, most frequent first (ties by
+/// the smaller value). By sorting the sample and counting its runs: counting 4096 distinct
+/// keys in a hash map and sorting its entries took 0.3-0.4 ms, most of the distributed join's
+/// plan (4 × H200, weak scaling: 0.65 of 0.70 ms); this takes about 60 us.
+fn most_frequent(mut sample: Vec<u64>, n: usize) -> Vec<(u64, u64)> {
+    sample.sort_unstable();
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for k in sample {
+        match runs.last_mut() {
+            Some((v, c)) if *v == k => *c += 1,
+            _ => runs.push((k, 1)),
+        }
+    }
+    let order = |a: &(u64, u64), b: &(u64, u64)| b.1.cmp(&a.1).then(a.0.cmp(&b.0));
+    if runs.len() > n && n > 0 {
+        runs.select_nth_unstable_by(n - 1, order);
+    }
+    runs.truncate(n);
+    runs.sort_unstable_by(order);
+    runs
+}
+
 /// `table` split into its rows whose key is not in `heavy` and those whose key is.
 pub(crate) fn split_heavy<B, K>(
     b: &B,
@@ -117,4 +133,45 @@ where
         Table::new(keys, payloads)
     };
     Ok((pick(&light)?, pick(&hot)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counting the sort replaced: a hash map's counts, most frequent first, ties by value.
+    fn by_hash_map(sample: &[u64], n: usize) -> Vec<(u64, u64)> {
+        let mut counts: HashMap<u64, u64> = HashMap::new();
+        for &k in sample {
+            *counts.entry(k).or_default() += 1;
+        }
+        let mut top: Vec<(u64, u64)> = counts.into_iter().collect();
+        top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        top.truncate(n);
+        top
+    }
+
+    #[test]
+    fn most_frequent_counts_and_orders_like_a_hash_map() {
+        assert!(most_frequent(Vec::new(), 16).is_empty());
+        assert!(most_frequent(vec![3, 3], 0).is_empty());
+        // Ties by the smaller value; u64::MAX and 0 among them.
+        assert_eq!(
+            most_frequent(vec![u64::MAX, 5, 0, 5, u64::MAX, 0, 7], 2),
+            vec![(0, 2), (5, 2)]
+        );
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for (len, distinct, n) in [(4096, 40, 16), (4096, 4096, 16), (100, 7, 16), (1, 1, 3)] {
+            let sample: Vec<u64> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Skewed: small values far more often.
+                    (x % distinct) * (x >> 60) / 15
+                })
+                .collect();
+            assert_eq!(most_frequent(sample.clone(), n), by_hash_map(&sample, n));
+        }
+    }
 }
