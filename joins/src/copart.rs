@@ -929,7 +929,10 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     exact: Option<&[u64]>,
 ) -> Result<CpuMatched<P, Q>> {
     let (pp, bp) = (sides.pp, sides.bp);
-    let mut flags = want.flags_len.map(|n| vec![0u32; n]);
+    let mut flags = want
+        .flags_len
+        .map(joinkit_cuda::try_zeroed::<u32>)
+        .transpose()?;
     let dup = AtomicBool::new(false);
     let bad_id = AtomicBool::new(false);
     // Tasks are runs of items. Each writes its pairs straight into the output, in a region
@@ -954,7 +957,12 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
         && (exact.is_some()
             || (room <= 2 * sides.probe_keys.len() + 1024 && !want.too_many(room as u64)));
     let (mut out_p, mut out_b) = if in_place {
-        (vec![P::default(); room], vec![Q::default(); room])
+        // Zeroed memory advised onto huge pages (`try_zeroed`): the tasks' writes take its
+        // page faults, 2 MiB at a time.
+        (
+            joinkit_cuda::try_zeroed(room)?,
+            joinkit_cuda::try_zeroed(room)?,
+        )
     } else {
         (Vec::new(), Vec::new())
     };
