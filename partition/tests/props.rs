@@ -178,6 +178,24 @@ fn multisets<K: Key>(h: &Host<K>) -> Vec<Vec<(u64, u64, u64, u64)>> {
         .collect()
 }
 
+/// Per-partition multisets of (key, the first `columns` payloads' bits, row id).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn projected<K: Key>(h: &Host<K>, columns: usize) -> Vec<Vec<(u64, Vec<u64>, u64)>> {
+    h.offsets
+        .windows(2)
+        .map(|w| {
+            let mut v: Vec<_> = (w[0] as usize..w[1] as usize)
+                .map(|j| {
+                    let cols = h.payloads[..columns].iter().map(|p| p[j]).collect();
+                    (h.keys[j].to_u64(), cols, h.row_ids[j])
+                })
+                .collect();
+            v.sort_unstable();
+            v
+        })
+        .collect()
+}
+
 fn naive_radix<K: Key>(keys: &[K], bits: &Range<u32>) -> (Vec<K>, Vec<u64>) {
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by_key(|&i| (keys[i].digit(bits.start, bits.end), i));
@@ -361,10 +379,17 @@ fn check_hash<K: Key + Arbitrary>(test: &str) {
                 check_partition(&k, &pa, &pb, fanout, part_of, &got, false)?;
                 #[cfg(feature = "cuda")]
                 if let Some(g) = &gpu {
-                    let dev = gpu_views::hash(g, &k, &pa, &pb, fanout, seed, ids);
+                    let dev = gpu_views::hash(g, &k, &pa, &pb, &[0, 1], fanout, seed, ids);
                     check_partition(&k, &pa, &pb, fanout, part_of, &dev, false)?;
                     prop_assert_eq!(&dev.offsets, &got.offsets);
                     prop_assert_eq!(multisets(&dev), multisets(&got));
+                    // Narrow rows, the key alone or with the 4-byte column (read rows of at
+                    // most 8 bytes: the small fan-out class's scatter up to a fan-out of 16).
+                    for which in [&[][..], &[0]] {
+                        let dev = gpu_views::hash(g, &k, &pa, &pb, which, fanout, seed, ids);
+                        prop_assert_eq!(&dev.offsets, &got.offsets);
+                        prop_assert_eq!(projected(&dev, which.len()), projected(&got, which.len()));
+                    }
                 }
                 #[cfg(not(feature = "cuda"))]
                 let _ = &gpu;
@@ -776,6 +801,7 @@ mod gpu_views {
         k: &[K],
         pa: &[u32],
         pb: &[i64],
+        which: &[usize],
         fanout: usize,
         seed: u32,
         ids: RowIds,
@@ -785,7 +811,7 @@ mod gpu_views {
             k,
             pa,
             pb,
-            &[0, 1],
+            which,
             ids,
             fanout,
             |ki, ko, pairs, id, off, s| {
@@ -890,7 +916,8 @@ mod large {
         let Some(g) = gpu("hash_large_is_a_partition") else {
             return;
         };
-        // 4, 3 and 16: the small fan-out class's scatter (an odd size leaves a partial tile).
+        // Small fan-outs with both columns (rows too wide for the small class; it has its own
+        // test below), an odd size leaving a partial tile.
         for (keys, fanout) in [
             (uniform::<u32>(N), 1024usize),
             (skewed(N), 512),
@@ -911,18 +938,23 @@ mod large {
         }
     }
 
-    /// 8-byte keys at small fan-outs (the distributed join's partition by rank), with row ids
-    /// only (the small class's 8-byte-key scatter) and with a 4-byte column too (the
-    /// 256-counter one), against the CPU twin's partitions.
+    /// Small fan-outs (the distributed join's partition by rank) with row ids only and with a
+    /// 4-byte column too, 4- and 8-byte keys (the small class's scatter, but for 8-byte keys
+    /// with the column: the 256-counter one), against the CPU twin's partitions.
     #[test]
-    fn hash_small_fanout_u64_equals_cpu() {
-        let Some(g) = gpu("hash_small_fanout_u64_equals_cpu") else {
+    fn hash_small_fanout_equals_cpu() {
+        let Some(g) = gpu("hash_small_fanout_equals_cpu") else {
             return;
         };
+        small_fanout_equals_cpu::<u32>(&g);
+        small_fanout_equals_cpu::<u64>(&g);
+    }
+
+    fn small_fanout_equals_cpu<K: Key>(g: &CudaBackend) {
         let cpu = CpuBackend::new();
         let cases = [(N + 5, 4usize), (N, 2), (3 * 4096 + 1, 16), (N / 2, 7)];
         for ((n, fanout), with_column) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
-            let keys = uniform::<u64>(n);
+            let keys = uniform::<K>(n);
             let ids: Vec<u32> = (0..n as u32)
                 .map(|i| i.wrapping_mul(2_654_435_761))
                 .collect();
@@ -943,12 +975,12 @@ mod large {
                 g.download(&dev.offsets).unwrap(),
             );
             assert_eq!(doff, want.offsets, "offsets, fan-out {fanout}");
-            let rows = bits(&g, dev.row_ids.as_ref().unwrap());
+            let rows = bits(g, dev.row_ids.as_ref().unwrap());
             let want_rows = bits(&cpu, want.row_ids.as_ref().unwrap());
             let dcol = dev
                 .payloads
                 .first()
-                .map_or_else(|| vec![0; n], |c| bits(&g, c));
+                .map_or_else(|| vec![0; n], |c| bits(g, c));
             let wcol = want
                 .payloads
                 .first()
