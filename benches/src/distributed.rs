@@ -890,16 +890,13 @@ mod nccl {
             ));
         }
         let backends = open(&args.gpus)?;
-        let comms = match PeerComm::init_all(&backends, config) {
-            Ok(comms) => comms,
-            // Without --comm, GPUs that cannot map each other's memory go over NCCL.
-            Err(Error::InvalidArgument(_)) if args.comm.is_none() => {
-                let comms = NcclComm::init_all(&backends, config)?;
-                let name = "nccl (one process, every GPU; no peer access)";
-                return on_each_gpu::<K, _>(args, &backends, comms, runs, name);
-            }
-            Err(e) => return Err(e.into()),
-        };
+        // Without --comm, GPUs that cannot map each other's memory go over NCCL.
+        if args.comm.is_none() && PeerComm::lacking_peer_access(&backends)?.is_some() {
+            let comms = NcclComm::init_all(&backends, config)?;
+            let name = "nccl (one process, every GPU; no peer access)";
+            return on_each_gpu::<K, _>(args, &backends, comms, runs, name);
+        }
+        let comms = PeerComm::init_all(&backends, config)?;
         on_each_gpu::<K, _>(
             args,
             &backends,

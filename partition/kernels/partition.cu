@@ -159,12 +159,13 @@ __device__ __forceinline__ void rank_tile(uint16_t (&warp_count)[kWarps][RADIX],
   for (int k = 0; k < kDpt; ++k) {
     const int d = threadIdx.x * kDpt + k;
     uint32_t run = 0;
+    if (d < RADIX) {  // the small class's threads past its digits own none
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      if (d >= RADIX) break;
-      const uint32_t c = warp_count[w][d];
-      warp_count[w][d] = static_cast<uint16_t>(run);
-      run += c;
+      for (int w = 0; w < kWarps; ++w) {
+        const uint32_t c = warp_count[w][d];
+        warp_count[w][d] = static_cast<uint16_t>(run);
+        run += c;
+      }
     }
     total[k] = run;
     sum += run;

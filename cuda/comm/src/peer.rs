@@ -73,24 +73,18 @@ impl std::fmt::Debug for PeerComm {
 /// buffers come from. Ranks on one device need nothing. Leaves the last device's context
 /// current on the calling thread.
 fn grant_peer_access(backends: &[CudaBackend]) -> Result<()> {
+    if let Some((from, to)) = PeerComm::lacking_peer_access(backends)? {
+        return Err(Error::InvalidArgument(format!(
+            "cuda:{from} cannot map cuda:{to}'s memory (no peer access between them): the \
+             copy-engine communicator needs it; NCCL does not"
+        )));
+    }
     let check = |op: &'static str, code: CUresult| code.result().map_err(joinkit_cuda::driver(op));
     for a in backends {
         for b in backends {
-            let (from, to) = (a.info().ordinal, b.info().ordinal);
-            if from == to {
-                continue;
-            }
             let (ctx, peer) = (a.context(), b.context());
-            let mut can = 0;
-            // SAFETY: the out pointer is valid; the devices are open.
-            check("asking for peer access", unsafe {
-                sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), peer.cu_device())
-            })?;
-            if can == 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "cuda:{from} cannot map cuda:{to}'s memory (no peer access between them): \
-                     the copy-engine communicator needs it; NCCL does not"
-                )));
+            if a.info().ordinal == b.info().ordinal {
+                continue;
             }
             a.bind_to_thread()?;
             // SAFETY: both contexts are live; the first is current. Past 8 peers a context
@@ -123,6 +117,38 @@ fn grant_peer_access(backends: &[CudaBackend]) -> Result<()> {
 }
 
 impl PeerComm {
+    /// The first pair of `backends`' GPUs (ordinals) of which the first cannot map the
+    /// second's memory, or `None` when every pair can: what [`PeerComm::init_all`] needs, and
+    /// NCCL does not (it stages through host memory there).
+    ///
+    /// # Errors
+    /// Driver errors asking the devices.
+    pub fn lacking_peer_access(backends: &[CudaBackend]) -> Result<Option<(usize, usize)>> {
+        for a in backends {
+            for b in backends {
+                let (from, to) = (a.info().ordinal, b.info().ordinal);
+                if from == to {
+                    continue;
+                }
+                let mut can = 0;
+                // SAFETY: the out pointer is valid; the devices are open.
+                unsafe {
+                    sys::cuDeviceCanAccessPeer(
+                        &mut can,
+                        a.context().cu_device(),
+                        b.context().cu_device(),
+                    )
+                }
+                .result()
+                .map_err(joinkit_cuda::driver("asking for peer access"))?;
+                if can == 0 {
+                    return Ok(Some((from, to)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// One rank per backend (rank = index), all in this process: each on its own GPU, or
     /// several on one. Every pair of GPUs must have peer access (NVLink or PCIe P2P); every
     /// device's memory pool is opened to the others.
