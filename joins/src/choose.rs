@@ -21,8 +21,9 @@
 //!   at 2^22, 8 at 2^24, 10 at 2^26 (PHJ-OM 13.4 against SMJ-OM 15.0 ms at 8, SMJ-OM 17.0
 //!   against 20.8 at 12); on a small right side (at most 2^20 rows) NPHJ-chained below `12
 //!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there; on the CPU,
-//!   left outer joins run SMJ-OM from 32 rows a key at any size and, on at most 16384 right
-//!   rows a thread, NPHJ-chained below ([`ChoiceParams::small_outer_join`]);
+//!   left outer joins on at most 16384 right rows a thread run NPHJ-chained below 32 rows a
+//!   key and SMJ-OM from there, on more SMJ-OM from 12 rows a key whatever the pairs
+//!   ([`ChoiceParams::outer_merge_from`]);
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -70,7 +71,7 @@ use crate::{Algorithm, JoinKind, JoinOptions};
 pub const SAMPLE_ROWS: usize = 1 << 12;
 
 /// Right rows a CPU thread up to which a left outer join counts as small
-/// ([`ChoiceParams::small_outer_max_right_rows`]).
+/// ([`ChoiceParams::small_outer_side`]).
 const SMALL_OUTER_RIGHT_ROWS_PER_THREAD: usize = 1 << 14;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
@@ -195,13 +196,16 @@ pub struct ChoiceParams {
     pub few_keys_join: Algorithm,
     /// Left outer joins with duplicate right keys run SMJ-OM from this many right rows a key
     /// whatever their pairs (the CPU); infinite where [`ChoiceParams::merge`] decides for every
-    /// kind (the GPU).
+    /// kind (the GPU). On a small right side [`ChoiceParams::small_outer_merge_rows_per_key`]
+    /// instead.
     pub outer_merge_rows_per_key: f64,
-    /// Below that, left outer joins with duplicate right keys and a right side of at most this
-    /// many rows run NPHJ-chained ([`ChoiceParams::small_outer_join`]). 0: none (the GPU,
-    /// whose small right sides [`ChoiceParams::chained_max_right_rows`] covers for every
-    /// kind).
+    /// Left outer joins with duplicate right keys and a right side of at most this many rows
+    /// ([`ChoiceParams::small_outer_side`]) run NPHJ-chained below
+    /// [`ChoiceParams::small_outer_merge_rows_per_key`] rows a key. 0: none (the GPU, whose
+    /// small right sides [`ChoiceParams::chained_max_right_rows`] covers for every kind).
     pub small_outer_max_right_rows: usize,
+    /// Right rows a key from which such a small left outer join runs SMJ-OM.
+    pub small_outer_merge_rows_per_key: f64,
 }
 
 impl ChoiceParams {
@@ -248,32 +252,42 @@ impl ChoiceParams {
             } else {
                 Algorithm::NphjOpen
             },
-            // CPU left outer joins with duplicate right keys, |R| = |S| = 2^16 … 2^19, 16
-            // cores: SMJ-OM the best from 64 rows a key at every size (PHJ-OM 2.6-3.8× behind,
-            // at pairs from 2^22, under the inner joins' minimum); on 2 cores at 2^12 to 2^16
-            // too (1.3-2.4× ahead of PHJ-OM at 64).
-            outer_merge_rows_per_key: if gpu { f64::INFINITY } else { 32.0 },
-            // Below that, up to 16384 right rows a thread (16 cores, 2^16 … 2^18),
-            // NPHJ-chained leads PHJ-OM by 1.2-1.6× at 4 and 16 rows a key (2^18, 16: within
-            // 7 % of SMJ-OM); at 2^19 (32768 a thread) PHJ-OM is back within 12 % at 4 a key
-            // and NPHJ-chained 1.5× behind SMJ-OM at 16. On 2 cores 2^14 and 2^15 are level
-            // within its noise, 2^16 (32768 a thread) PHJ-OM's. Partitioning so few rows a
-            // thread costs more than the cache misses it saves, and an outer join's output
-            // adds a pass over the left rows. Unique keys stay with PHJ-OM (2^18: 5.82 ms
-            // against NPHJ-chained's 7.99).
+            // CPU left outer joins with duplicate right keys, |R| = |S| (the H200 host's 16
+            // cores, 2^16 … 2^20; the 2-core machine, 2^14 … 2^20). Up to 16384 right rows a
+            // thread (2^18 on 16 cores) NPHJ-chained leads PHJ-OM by 1.1-1.6× from 2 to 32
+            // rows a key and SMJ-OM leads from 64 (at 32 the two are level). Beyond (2^19 and
+            // 2^20 on 16 cores) SMJ-OM leads from 16 rows a key (1.2-1.7× ahead of PHJ-OM; on
+            // 2 cores 2^18: 38.9 ms against 57.3, 2^20 level), PHJ-OM at 8 and fewer (2 cores:
+            // 23 against 37 ms at 2^18, 102 against 176 at 2^20). Partitioning so few rows a
+            // thread costs more than the cache misses it saves; an outer join's output adds a
+            // pass over the left rows, which the merge path spreads evenly. Unique keys stay
+            // with PHJ-OM (16 cores, 2^18: 5.82 ms against NPHJ-chained's 7.99). Thresholds
+            // between the measured rows a key: the sampled estimate is off by up to a fifth.
+            outer_merge_rows_per_key: if gpu { f64::INFINITY } else { 12.0 },
             small_outer_max_right_rows: if gpu {
                 0
             } else {
                 SMALL_OUTER_RIGHT_ROWS_PER_THREAD * rayon::current_num_threads()
             },
+            small_outer_merge_rows_per_key: 32.0,
         }
     }
 
-    /// Whether a join of `kind` with a right side of `right_rows` rows runs NPHJ-chained where
-    /// its right keys repeat, fewer than [`ChoiceParams::outer_merge_rows_per_key`] times: a
-    /// left outer join of at most [`ChoiceParams::small_outer_max_right_rows`] right rows.
-    pub fn small_outer_join(&self, kind: JoinKind, right_rows: usize) -> bool {
-        kind == JoinKind::LeftOuter && right_rows <= self.small_outer_max_right_rows
+    /// Whether a left outer join with duplicate right keys and a right side of `right_rows`
+    /// rows runs NPHJ-chained below [`ChoiceParams::small_outer_merge_rows_per_key`] rows a key
+    /// ([`ChoiceParams::small_outer_max_right_rows`]).
+    pub fn small_outer_side(&self, right_rows: usize) -> bool {
+        right_rows <= self.small_outer_max_right_rows
+    }
+
+    /// Right rows a key from which a left outer join with duplicate right keys and a right
+    /// side of `right_rows` rows runs SMJ-OM whatever its pairs.
+    pub fn outer_merge_from(&self, right_rows: usize) -> f64 {
+        if self.small_outer_side(right_rows) {
+            self.small_outer_merge_rows_per_key
+        } else {
+            self.outer_merge_rows_per_key
+        }
     }
 
     /// Whether the tree looks at the match ratio for output rows of `payload_bytes` (both
@@ -360,10 +374,10 @@ pub fn choose(
     if let Some(per_key) = stats.right_rows_per_key {
         let duplicated = per_key >= params.duplicated_rows_per_key;
         if duplicated && kind == JoinKind::LeftOuter {
-            if per_key >= params.outer_merge_rows_per_key {
+            if per_key >= params.outer_merge_from(stats.right_rows) {
                 return (Algorithm::SmjOm, Why::ManyRowsPerKey);
             }
-            if params.small_outer_join(kind, stats.right_rows) {
+            if params.small_outer_side(stats.right_rows) {
                 return (Algorithm::NphjChained, Why::SmallRightSide);
             }
         }
@@ -655,6 +669,7 @@ mod tests {
             few_keys_join: Algorithm::NphjChained,
             outer_merge_rows_per_key: f64::INFINITY,
             small_outer_max_right_rows: 0,
+            small_outer_merge_rows_per_key: 32.0,
         }
     }
 
@@ -810,8 +825,9 @@ mod tests {
         );
         assert_eq!(choose(&mn(1 << 20, 64.0), Inner, &cpu).0, Algorithm::SmjOm);
         assert_eq!(choose(&mn(1 << 20, 16.0), Inner, &cpu).0, Algorithm::PhjOm);
-        // Left outer joins with duplicate right keys on the CPU: SMJ-OM from 32 rows a key at
-        // any size, NPHJ-chained below on at most 16384 right rows a thread.
+        // Left outer joins with duplicate right keys on the CPU: on at most 16384 right rows a
+        // thread NPHJ-chained below 32 rows a key and SMJ-OM from there; on more, SMJ-OM from
+        // 12 rows a key whatever the pairs.
         assert_eq!(
             cpu.small_outer_max_right_rows,
             16384 * rayon::current_num_threads()
@@ -825,8 +841,8 @@ mod tests {
             (1 << 16, 2.0, LeftOuter, NphjChained, Why::SmallRightSide),
             (1 << 16, 16.0, LeftOuter, NphjChained, Why::SmallRightSide),
             (1 << 16, 32.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 17, 4.0, LeftOuter, PhjOm, Why::Partitioned),
-            (1 << 12, 32.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 17, 8.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 17, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 12, 32.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
