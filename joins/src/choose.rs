@@ -800,20 +800,26 @@ mod tests {
             (1 << 24, 8.0, LeftAnti, PhjOm, Why::Partitioned),
             (1 << 24, 1.0, LeftAnti, PhjOm, Why::Partitioned),
         ];
-        for (rows, per_key, kind, algorithm, why) in cases {
-            let got = choose(&mn(rows, per_key), kind, &p);
-            assert_eq!(
-                got,
-                (algorithm, why),
-                "{rows} rows, {per_key} a key, {kind:?}"
-            );
-        }
-        // Unique keys promised: the cached table.
-        let promised = JoinInputStats {
-            right_rows_per_key: None,
-            ..mn(1 << 21, 1.0)
+        let expect = |cases: &[(usize, f64, JoinKind, Algorithm, Why)], p: &ChoiceParams| {
+            for &(rows, per_key, kind, algorithm, why) in cases {
+                let got = choose(&mn(rows, per_key), kind, p);
+                assert_eq!(
+                    got,
+                    (algorithm, why),
+                    "{rows} rows, {per_key} a key, {kind:?}"
+                );
+            }
         };
-        assert_eq!(choose(&promised, Inner, &p), (NphjOpen, Why::CachedTable));
+        expect(&cases, &p);
+        // Unique keys promised: the cached table.
+        let promised = |rows| JoinInputStats {
+            right_rows_per_key: None,
+            ..mn(rows, 1.0)
+        };
+        assert_eq!(
+            choose(&promised(1 << 21), Inner, &p),
+            (NphjOpen, Why::CachedTable)
+        );
         // The CPU merges from 32 rows a key and 2^23 pairs; semi and anti joins take
         // NPHJ-open's key-set table from few distinct keys.
         let cpu = ChoiceParams::for_backend(&CpuBackend::new());
@@ -846,20 +852,9 @@ mod tests {
             (1 << 12, 32.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
-        for (rows, per_key, kind, algorithm, why) in small_outer {
-            let got = choose(&mn(rows, per_key), kind, &cpu);
-            assert_eq!(
-                got,
-                (algorithm, why),
-                "CPU: {rows} rows, {per_key} a key, {kind:?}"
-            );
-        }
+        expect(&small_outer, &cpu);
         // Promised unique: PHJ-OM.
-        let promised = JoinInputStats {
-            right_rows_per_key: None,
-            ..mn(1 << 16, 1.0)
-        };
-        assert_eq!(choose(&promised, LeftOuter, &cpu).0, PhjOm);
+        assert_eq!(choose(&promised(1 << 16), LeftOuter, &cpu).0, PhjOm);
         assert_eq!(
             choose(&mn(1 << 16, 64.0), LeftSemi, &cpu).0,
             Algorithm::NphjOpen
