@@ -29,6 +29,7 @@ use joinkit_distributed::{
     Compression, DEFAULT_BREAK_EVEN_GBPS, DistributedBackend, DistributedOptions, DistributedStats,
     Placement, Shuffle, Skew, Span, distributed_join_columns, distributed_join_rows,
 };
+use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
 use crate::join::{parse_algorithm, parse_kind};
@@ -87,6 +88,13 @@ pub(crate) struct DistributedArgs {
     /// Share of S's rows (0 to 1) given one key of R: one heavy key.
     #[arg(long)]
     heavy: Option<f64>,
+    /// R's keys spread over the 32-bit range by a pseudo-random bijection, S's following them,
+    /// instead of R being `0..|R|`: each rank's keys then look alike at any rank count. Dense
+    /// keys are a kind case on one rank (a radix partition of `0..|R|` holds an arithmetic
+    /// progression, which the match's multiply-shift table spreads without a collision) that
+    /// the hashed share each of several ranks holds is not.
+    #[arg(long, conflicts_with = "tpch")]
+    spread_keys: bool,
     /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead.
     #[arg(long, value_parser = parse_scale_factor)]
     tpch: Option<f64>,
@@ -219,6 +227,22 @@ struct Workload<K> {
     text: String,
 }
 
+/// Maps `keys` through a pseudo-random permutation of `0..2^32` (any key past it stays), a
+/// bijection of the whole key space: matches and misses stay what they were, and R's keys
+/// (`0..r_rows`) land all over the 32-bit range, which keeps them narrowable to 4 bytes.
+fn spread<K: Key>(keys: &mut [K], r_rows: usize, seed: u64) -> Result<()> {
+    const DOMAIN: u64 = 1 << 32;
+    if r_rows as u64 > DOMAIN {
+        return Err(BenchError::Usage(format!(
+            "--spread-keys: {r_rows} keys do not fit the 32-bit range"
+        )));
+    }
+    let p = datagen::Permutation::new(DOMAIN, seed);
+    keys.par_iter_mut()
+        .for_each(|k| *k = K::from_u64(p.permute(k.to_u64())));
+    Ok(())
+}
+
 impl<K: Key> Workload<K> {
     fn generate(args: &DistributedArgs, ranks: usize, gpu: bool) -> Result<Self> {
         let scale = if args.per_rank { ranks } else { 1 };
@@ -253,7 +277,7 @@ impl<K: Key> Workload<K> {
             None => nr.checked_mul(2),
         }
         .ok_or(Error::SizeOverflow("rows over all ranks"))?;
-        let right = datagen::unique_keys::<K>(nr, args.seed)?;
+        let mut right = datagen::unique_keys::<K>(nr, args.seed)?;
         let (mut left, mut shape) = match args.zipf {
             Some(theta) => (
                 datagen::zipf_foreign_keys::<K>(nr, ns, theta, args.seed + 1)?,
@@ -279,6 +303,11 @@ impl<K: Key> Workload<K> {
                 }
             }
             shape = format!("{shape}, one key on {:.0} % of S", share * 100.0);
+        }
+        if args.spread_keys {
+            spread(&mut right, nr, args.seed + 3)?;
+            spread(&mut left, nr, args.seed + 3)?;
+            shape = format!("{shape}, keys spread over 32 bits");
         }
         Ok(Self {
             text: format!("|R| = {nr}, |S| = {ns}, {shape}"),
@@ -947,5 +976,43 @@ mod nccl {
         });
         let first = super::first_or_every_error(outcomes)?;
         Ok((first, ranks, name, true, work.text.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_keys_keep_matches_and_misses() {
+        let r_rows = 1000;
+        let mut right: Vec<u64> = (0..r_rows as u64).collect();
+        // Matches, misses inside the 32-bit range, misses past it, the largest key.
+        let mut left: Vec<u64> = vec![0, 999, 500, 1000, u32::MAX.into(), 1 << 32, u64::MAX, 7];
+        let before = left.clone();
+        spread(&mut right, r_rows, 9).unwrap();
+        spread(&mut left, r_rows, 9).unwrap();
+        let mut sorted = right.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), r_rows, "R's keys stay unique");
+        assert!(right.iter().all(|&k| k <= u32::MAX.into()));
+        assert!(
+            sorted[r_rows - 1] - sorted[0] > 1 << 30,
+            "spread over the range"
+        );
+        for (k, was) in left.iter().zip(&before) {
+            let matched = right.iter().position(|r| r == k);
+            assert_eq!(matched, (*was < r_rows as u64).then_some(*was as usize));
+        }
+        assert_eq!(
+            &left[5..7],
+            &[1 << 32, u64::MAX],
+            "keys past the range stay"
+        );
+        let mut narrow: Vec<u32> = vec![0, 1, u32::MAX];
+        spread(&mut narrow, 2, 9).unwrap();
+        assert!(narrow[0] != narrow[1] && narrow[1] != narrow[2] && narrow[0] != narrow[2]);
+        assert!(spread(&mut [0u64], (1 << 32) + 1, 9).is_err());
     }
 }
