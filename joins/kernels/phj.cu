@@ -91,9 +91,14 @@ __device__ __forceinline__ uint32_t home(K k, uint32_t bits) {
   return static_cast<uint32_t>((static_cast<uint64_t>(k) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
 }
 
-__device__ __forceinline__ uint32_t table_bits(uint32_t rows) {
+// Slots for `rows` keys: 4 a row where the 2 a row of a full piece (`capacity`, a power of
+// two) leave room, else 2 (load <= 1/2). Why: the radix bits make the average piece half full,
+// and at load 1/2 random keys' linear probes run long enough that a warp waits on its longest
+// one (H200, PHJ-OM 2^27 ⋈ 2^28 with keys spread over 32 bits: see docs/results/joins.md).
+__device__ __forceinline__ uint32_t table_bits(uint32_t rows, uint32_t capacity) {
   uint32_t bits = 6;  // at least 64 slots
-  while ((1u << bits) < 2 * rows) ++bits;
+  while ((1u << bits) < 2 * rows || ((1u << bits) < 4 * rows && (1u << bits) < 2 * capacity))
+    ++bits;
   return bits;
 }
 
@@ -110,7 +115,7 @@ struct Table {
     keys = reinterpret_cast<K*>(smem);
     slots = reinterpret_cast<uint32_t*>(smem + key_bytes);
     next = reinterpret_cast<uint16_t*>(slots + 2 * capacity);
-    bits = table_bits(rows);
+    bits = table_bits(rows, capacity);
   }
 
   // Inserts piece row t; returns whether its key was there already. Bounded: an empty slot is
