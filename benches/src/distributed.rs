@@ -29,7 +29,6 @@ use joinkit_distributed::{
     Compression, DEFAULT_BREAK_EVEN_GBPS, DistributedBackend, DistributedOptions, DistributedStats,
     Placement, Shuffle, Skew, Span, distributed_join_columns, distributed_join_rows,
 };
-use rayon::prelude::*;
 
 use crate::error::{BenchError, Result};
 use crate::join::{parse_algorithm, parse_kind};
@@ -227,22 +226,6 @@ struct Workload<K> {
     text: String,
 }
 
-/// Maps `keys` through a pseudo-random permutation of `0..2^32` (any key past it stays), a
-/// bijection of the whole key space: matches and misses stay what they were, and R's keys
-/// (`0..r_rows`) land all over the 32-bit range, which keeps them narrowable to 4 bytes.
-fn spread<K: Key>(keys: &mut [K], r_rows: usize, seed: u64) -> Result<()> {
-    const DOMAIN: u64 = 1 << 32;
-    if r_rows as u64 > DOMAIN {
-        return Err(BenchError::Usage(format!(
-            "--spread-keys: {r_rows} keys do not fit the 32-bit range"
-        )));
-    }
-    let p = datagen::Permutation::new(DOMAIN, seed);
-    keys.par_iter_mut()
-        .for_each(|k| *k = K::from_u64(p.permute(k.to_u64())));
-    Ok(())
-}
-
 impl<K: Key> Workload<K> {
     fn generate(args: &DistributedArgs, ranks: usize, gpu: bool) -> Result<Self> {
         let scale = if args.per_rank { ranks } else { 1 };
@@ -305,8 +288,8 @@ impl<K: Key> Workload<K> {
             shape = format!("{shape}, one key on {:.0} % of S", share * 100.0);
         }
         if args.spread_keys {
-            spread(&mut right, nr, args.seed + 3)?;
-            spread(&mut left, nr, args.seed + 3)?;
+            datagen::spread_keys(&mut right, args.seed.wrapping_add(3));
+            datagen::spread_keys(&mut left, args.seed.wrapping_add(3));
             shape = format!("{shape}, keys spread over 32 bits");
         }
         Ok(Self {
@@ -976,43 +959,5 @@ mod nccl {
         });
         let first = super::first_or_every_error(outcomes)?;
         Ok((first, ranks, name, true, work.text.clone()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spread_keys_keep_matches_and_misses() {
-        let r_rows = 1000;
-        let mut right: Vec<u64> = (0..r_rows as u64).collect();
-        // Matches, misses inside the 32-bit range, misses past it, the largest key.
-        let mut left: Vec<u64> = vec![0, 999, 500, 1000, u32::MAX.into(), 1 << 32, u64::MAX, 7];
-        let before = left.clone();
-        spread(&mut right, r_rows, 9).unwrap();
-        spread(&mut left, r_rows, 9).unwrap();
-        let mut sorted = right.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), r_rows, "R's keys stay unique");
-        assert!(right.iter().all(|&k| k <= u32::MAX.into()));
-        assert!(
-            sorted[r_rows - 1] - sorted[0] > 1 << 30,
-            "spread over the range"
-        );
-        for (k, was) in left.iter().zip(&before) {
-            let matched = right.iter().position(|r| r == k);
-            assert_eq!(matched, (*was < r_rows as u64).then_some(*was as usize));
-        }
-        assert_eq!(
-            &left[5..7],
-            &[1 << 32, u64::MAX],
-            "keys past the range stay"
-        );
-        let mut narrow: Vec<u32> = vec![0, 1, u32::MAX];
-        spread(&mut narrow, 2, 9).unwrap();
-        assert!(narrow[0] != narrow[1] && narrow[1] != narrow[2] && narrow[0] != narrow[2]);
-        assert!(spread(&mut [0u64], (1 << 32) + 1, 9).is_err());
     }
 }

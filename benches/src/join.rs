@@ -135,6 +135,11 @@ pub(crate) struct JoinArgs {
     /// on the build side too).
     #[arg(long, conflicts_with_all = ["left", "tpch"], help_heading = "Generated workloads")]
     r_zipf: Option<f64>,
+    /// R's keys (and S's with them) spread over the 32-bit range by a pseudo-random bijection
+    /// instead of `0..|R| / M`: keys random to every hash. `0..|R|` is a kind case for the
+    /// partitioned joins, whose partitions on the low bits then hold arithmetic progressions.
+    #[arg(long, conflicts_with_all = ["left", "tpch"], help_heading = "Generated workloads")]
+    spread_keys: bool,
     /// Join TPC-H orders ⋈ lineitem on the order key at this scale factor instead (above 0, at
     /// most 700: lineitem's rows then near the 2^32 - 1 a join side may have).
     #[arg(
@@ -345,9 +350,14 @@ fn streamed(
     algorithms: &[Algorithm],
     ctx: &mut Ctx,
 ) -> Result<()> {
-    if args.r_multiplicity != 1 || args.match_ratio != 1.0 || args.no_right_unique {
+    if args.r_multiplicity != 1
+        || args.match_ratio != 1.0
+        || args.no_right_unique
+        || args.spread_keys
+    {
         return Err(BenchError::Usage(
-            "a streamed join runs a PK-FK workload with every S key matching".into(),
+            "a streamed join runs a PK-FK workload of the keys 0..|R| with every S key matching"
+                .into(),
         ));
     }
     let gpu = !matches!(device, Device::Cpu(_));
@@ -620,7 +630,7 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<Workload
     check_rows(ns)?;
     // R's distinct keys, 0..distinct; S draws from them.
     let distinct = nr.div_ceil(args.r_multiplicity);
-    let (r, r_shape) = match args.r_zipf {
+    let (mut r, r_shape) = match args.r_zipf {
         Some(theta) => (
             datagen::zipf_foreign_keys::<K>(distinct, nr, theta, args.seed)?,
             format!("R Zipf {theta} over {distinct} keys, "),
@@ -631,7 +641,7 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<Workload
             format!("R {} rows a key, ", args.r_multiplicity),
         ),
     };
-    let (s, s_shape) = match args.zipf {
+    let (mut s, s_shape) = match args.zipf {
         Some(theta) => (
             datagen::zipf_foreign_keys::<K>(distinct, ns, theta, args.seed.wrapping_add(1))?,
             format!("Zipf {theta}"),
@@ -653,10 +663,17 @@ fn workload<K: Key>(args: &JoinArgs, gpu: bool) -> joinkit_cuda::Result<Workload
             )
         }
     };
+    let spread = if args.spread_keys {
+        datagen::spread_keys(&mut r, args.seed.wrapping_add(2));
+        datagen::spread_keys(&mut s, args.seed.wrapping_add(2));
+        ", keys spread over 32 bits"
+    } else {
+        ""
+    };
     Ok(Workload {
         r,
         s,
-        shape: format!("|R| = {nr}, |S| = {ns}, {r_shape}{s_shape}"),
+        shape: format!("|R| = {nr}, |S| = {ns}, {r_shape}{s_shape}{spread}"),
         r_unique: args.r_zipf.is_none() && distinct == nr,
     })
 }

@@ -8,6 +8,8 @@
 //!   an M:N join);
 //! - [`foreign_keys`]: a probe column whose keys hit the build side with a given match ratio;
 //! - [`zipf_foreign_keys`]: a probe column skewed by a Zipf law over the build keys;
+//! - [`spread_keys`]: any of these key columns spread over the 32-bit range (random to every
+//!   hash, where `0..n` partitions into arithmetic progressions);
 //! - [`payload`]: a payload column derived from a key column (so join outputs can be checked);
 //! - [`tpch`]: key columns of TPC-H's `orders` and `lineitem` from the `tpchgen` crate.
 //!
@@ -108,6 +110,18 @@ fn generate<T: Element>(
             }
         });
     Ok(out)
+}
+
+/// Maps `keys` in place through a pseudo-random permutation of `0..2^32` chosen by `seed`;
+/// keys past it stay. A bijection of the whole key space, so matches and misses between columns
+/// mapped with one seed stay what they were, and keys below 2^32 stay there (they still narrow
+/// to 4 bytes). Why: [`unique_keys`]' `0..n` is a kind case for a join partitioning on the
+/// keys' low bits, whose partitions then hold arithmetic progressions that a multiply-shift
+/// table spreads without collisions; spread keys look random to every hash at any size.
+pub fn spread_keys<K: Key>(keys: &mut [K], seed: u64) {
+    let p = Permutation::new(1 << 32, seed);
+    keys.par_iter_mut()
+        .for_each(|k| *k = K::from_u64(p.permute(k.to_u64())));
 }
 
 /// The keys `0..n` in a pseudo-random order chosen by `seed` (a primary-key column):
@@ -372,5 +386,30 @@ mod tests {
         assert_eq!(p[0], p[1]);
         assert_ne!(p[0], p[2]);
         assert_ne!(p, payload::<u32, u64>(&k, 2).unwrap());
+    }
+
+    #[test]
+    fn spread_keys_keep_matches_and_misses() {
+        let n = 1000;
+        let mut right: Vec<u64> = unique_keys(n, 1).unwrap();
+        let dense = right.clone();
+        // Matches, misses below 2^32, misses past it, the largest key.
+        let mut left: Vec<u64> = vec![0, 999, 500, 1000, u32::MAX.into(), 1 << 32, u64::MAX, 7];
+        let before = left.clone();
+        spread_keys(&mut right, 9);
+        spread_keys(&mut left, 9);
+        let mut sorted = right.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), n, "unique keys stay unique");
+        assert!(sorted[n - 1] <= u32::MAX.into() && sorted[n - 1] - sorted[0] > 1 << 30);
+        for (k, was) in left.iter().zip(&before) {
+            let at = right.iter().position(|r| r == k);
+            assert_eq!(at, dense.iter().position(|d| d == was), "key {was}");
+        }
+        assert_eq!(&left[5..7], &[1 << 32, u64::MAX], "keys past 2^32 stay");
+        let mut narrow: Vec<u32> = vec![0, 1, u32::MAX];
+        spread_keys(&mut narrow, 9);
+        assert!(narrow[0] != narrow[1] && narrow[1] != narrow[2] && narrow[0] != narrow[2]);
     }
 }
