@@ -60,21 +60,26 @@ fn contract<B: Backend>(b: &B) {
         .map(|i| hash::hash64(i, 5) as u32)
         .chain([0, u32::MAX])
         .collect();
-    let buf = b.upload(&packed).unwrap();
-    for low_bits in [0u32, 1, 17, 28, 31, 32] {
-        let want: Vec<u64> = packed
-            .iter()
-            .map(|&v| {
-                let v = u64::from(v);
-                ((v >> low_bits) << 32) | (v & ((1u64 << low_bits) - 1))
-            })
-            .collect();
-        assert_eq!(
-            b.download(&b.unpack_ids(&buf, low_bits).unwrap()).unwrap(),
-            want,
-            "low bits {low_bits}"
-        );
+    // Lengths below, at and past the kernel's four ids a step, and a tail.
+    for len in [1, 3, 4, 5, packed.len()] {
+        let part = &packed[packed.len() - len..];
+        let buf = b.upload(part).unwrap();
+        for low_bits in [0u32, 1, 17, 28, 31, 32] {
+            let want: Vec<u64> = part
+                .iter()
+                .map(|&v| {
+                    let v = u64::from(v);
+                    ((v >> low_bits) << 32) | (v & ((1u64 << low_bits) - 1))
+                })
+                .collect();
+            assert_eq!(
+                b.download(&b.unpack_ids(&buf, low_bits).unwrap()).unwrap(),
+                want,
+                "{len} ids, low bits {low_bits}"
+            );
+        }
     }
+    let buf = b.upload(&packed).unwrap();
     assert!(
         b.unpack_ids(&b.alloc::<u32>(0).unwrap(), 9)
             .unwrap()
