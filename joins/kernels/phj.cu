@@ -10,7 +10,8 @@
 // Per item, a block builds a table in shared memory from the build piece (at most `capacity`
 // rows, `capacity` <= 2^15) and probes it with the probe piece:
 //   keys[capacity]    the build piece's keys
-//   slots[2^tb]       open addressing, linear probing, 2^tb >= 2 * rows (load <= 1/2): one
+//   slots[2^tb]       open addressing, linear probing, 2^tb >= 2 * rows (load <= 1/2; 4 * rows
+//                     where 2 * capacity slots allow, see table_bits): one
 //                     32-bit word per distinct key, (rows of the key) << 16 | newest row, or
 //                     kEmpty; a second equal key swaps itself in as the newest row with one CAS
 //                     that also counts it, so equal keys take one slot and a probe reads its
