@@ -60,8 +60,8 @@ fn contract<B: Backend>(b: &B) {
         .map(|i| hash::hash64(i, 5) as u32)
         .chain([0, u32::MAX])
         .collect();
-    // Lengths below, at and past the kernel's four ids a step, and a tail.
-    for len in [1, 3, 4, 5, packed.len()] {
+    // Odd and even lengths around the kernel's two ids a step, and a long odd one.
+    for len in [1, 2, 3, 4, 5, packed.len()] {
         let part = &packed[packed.len() - len..];
         let buf = b.upload(part).unwrap();
         for low_bits in [0u32, 1, 17, 28, 31, 32] {
