@@ -486,14 +486,14 @@ impl<K: Key> ItemTable<K> {
         }
     }
 
-    /// Builds from `keys` (row `r` is `keys[r]`); returns whether a key came twice. Slots: 4 a
-    /// row up to the 2 a row of a full piece, so the average piece (half full) probes at load
-    /// 1/4 and no table outgrows a full piece's (2-core development machine, 2^22 ⋈ 2^23: the
-    /// match of random keys a sixth faster than at load 1/2, of `0..|R|` a tenth slower).
+    /// Builds from `keys` (row `r` is `keys[r]`, at most [`MAX_BUILD_CAPACITY`] of them);
+    /// returns whether a key came twice. Slots: 4 a row up to the 2 a row of the largest piece,
+    /// so the average piece (half full) probes at load 1/4 and no table outgrows the largest
+    /// one's (2-core development machine, 2^22 ⋈ 2^23: the match of random keys a sixth faster
+    /// than at load 1/2, of `0..|R|` a tenth slower).
     fn build(&mut self, keys: &[K]) -> bool {
-        let full = 2 * keys.len().max(CPU_LIMITS[0].load(Ordering::Relaxed));
         let bits = (4 * keys.len())
-            .min(full)
+            .min(2 * MAX_BUILD_CAPACITY)
             .next_power_of_two()
             .max(16)
             .trailing_zeros();
