@@ -509,8 +509,8 @@ where
 }
 
 /// [`sample_stats`], with `meanwhile` run once the first sample is queued
-/// ([`SampleRuns::sample_runs_while`]): work the join will want whichever way the sample
-/// decides, done on the device while the host waits for the sample.
+/// ([`SampleRuns::sample_runs_while`]): work the join may want (a table the sample can keep),
+/// done on the device beside the sample while the host waits for it.
 ///
 /// # Errors
 /// As [`sample_stats`], and `meanwhile`'s.

@@ -40,8 +40,9 @@ pub trait SampleRuns: Backend {
     }
 
     /// [`SampleRuns::sample_runs`], with `meanwhile` run once the sample is queued: on CUDA
-    /// what it queues runs on the device while the host waits for the sample's statistics
-    /// alone (`CudaBackend::download_while`).
+    /// what it queues runs on the device beside the sample (whose one block a group leaves
+    /// the other SMs idle) while the host waits for the sample's statistics alone
+    /// (`CudaBackend::download_beside`).
     ///
     /// # Errors
     /// Allocation and driver errors, and `meanwhile`'s.
@@ -99,8 +100,11 @@ impl SampleRuns for CpuBackend {
 #[cfg(feature = "cuda")]
 mod cuda {
     use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
-    use joinkit_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
-    use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
+    use std::sync::Arc;
+
+    use joinkit_cuda::cudarc::driver::sys::CUdeviceptr;
+    use joinkit_cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+    use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
 
     use super::{SAMPLE_GROUP_ROWS, SampleGroup, layout};
 
@@ -144,23 +148,28 @@ mod cuda {
                 op: "allowing the key-sample kernel's shared memory",
                 message: format!("{e:?}"),
             })?;
-            let out = self.alloc::<u64>(3 * groups as usize)?;
-            let (kp, n, op) = (keys.device_ptr(), keys.len() as u64, out.device_ptr());
-            let mut args = self.stream().launch_builder(&f);
-            args.arg(&kp).arg(&n).arg(&samples).arg(&groups).arg(&op);
-            let config = LaunchConfig {
-                grid_dim: (groups as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: smem as u32,
+            let launch = |stream: &Arc<CudaStream>, op: CUdeviceptr| {
+                let (kp, n) = (keys.device_ptr(), keys.len() as u64);
+                let mut args = stream.launch_builder(&f);
+                args.arg(&kp).arg(&n).arg(&samples).arg(&groups).arg(&op);
+                let config = LaunchConfig {
+                    grid_dim: (groups as u32, 1, 1),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: smem as u32,
+                };
+                // SAFETY: the kernel reads `samples` keys at rows below n (sample_row's
+                // strides lie inside the column, samples <= n) and writes 3 words per group at
+                // `op`, which download_beside gives room for 3 * groups; the arguments follow
+                // its C signature.
+                unsafe { args.launch(config) }
+                    .map(drop)
+                    .map_err(|e| Error::Driver {
+                        op: "launching the key-sample kernel",
+                        message: format!("{e:?}"),
+                    })
             };
-            // SAFETY: the kernel reads `samples` keys at rows below n (sample_row's strides
-            // lie inside the column, samples <= n) and writes 3 words per group of `out`,
-            // which holds 3 * groups; the arguments follow its C signature.
-            unsafe { args.launch(config) }.map_err(|e| Error::Driver {
-                op: "launching the key-sample kernel",
-                message: format!("{e:?}"),
-            })?;
-            let (words, r) = self.download_while(&out, meanwhile)?;
+            // One block a group: beside the work queued meanwhile, not before it.
+            let (words, r) = self.download_beside(3 * groups as usize, launch, meanwhile)?;
             let groups = words.chunks_exact(3).map(|w| SampleGroup {
                 rows: w[0],
                 pairs: w[1],

@@ -4,6 +4,7 @@
 //! another's parallel copy, on the same thread). GPU-only: skipped visibly without a GPU.
 #![cfg(feature = "cuda")]
 
+use joinkit_cuda::cudarc;
 use joinkit_cuda::testing::{POISON_U64, cuda_or_skip};
 use joinkit_cuda::{
     Backend, CudaBackend, Element, NO_STAGING_ENV, STAGED_MIN_BYTES, STAGING_BUFFERS,
@@ -166,22 +167,49 @@ fn threads_share_the_staging_ring() {
     }
 }
 
-/// `download_while` returns the buffer's values while the work it runs meanwhile, queued
-/// behind the copy on the same stream, writes another buffer: small buffers (an asynchronous
-/// copy into pinned words) and larger ones (downloaded first), at both widths; `meanwhile`
-/// runs once, and its error is returned after the copy.
+/// `download_beside` returns what its second stream wrote (here copied from a buffer), while
+/// the work queued meanwhile on the backend's stream writes another buffer: small outputs
+/// (into mapped host words, beside the work) and larger ones (a device buffer, written and
+/// downloaded first), at both widths; each closure runs once, and their errors are returned
+/// once the second stream's work is over.
 #[test]
-fn downloads_overlap_the_work_queued_meanwhile() {
-    let Some(b) = cuda_or_skip("downloads_overlap_the_work_queued_meanwhile") else {
+fn downloads_beside_the_work_queued_meanwhile() {
+    let Some(b) = cuda_or_skip("downloads_beside_the_work_queued_meanwhile") else {
         return;
     };
+    fn copy_beside<T: Element>(
+        src: &joinkit_cuda::DeviceBuffer<T>,
+    ) -> impl FnOnce(
+        &std::sync::Arc<cudarc::driver::CudaStream>,
+        cudarc::driver::sys::CUdeviceptr,
+    ) -> joinkit_cuda::Result<()> {
+        move |stream, out| {
+            let bytes = src.len() * size_of::<T>();
+            // SAFETY: `out` holds the buffer's length (download_beside's contract); the copy
+            // is ordered on `stream`, which download_beside orders after the upload and waits
+            // for before it returns.
+            unsafe {
+                cudarc::driver::sys::cuMemcpyDtoDAsync_v2(
+                    out,
+                    src.device_ptr(),
+                    bytes,
+                    stream.cu_stream(),
+                )
+            }
+            .result()
+            .map_err(|e| joinkit_cuda::Error::Driver {
+                op: "copying on the second stream",
+                message: format!("{e:?}"),
+            })
+        }
+    }
     fn check<T: Element>(b: &CudaBackend, n: usize) {
         let want = data::<T>(n, n as u64);
         let buf = b.upload(&want).unwrap();
         let mut other = b.alloc::<T>(n).unwrap();
         let mut runs = 0;
         let (got, ()) = b
-            .download_while(&buf, || {
+            .download_beside::<T, _>(n, copy_beside(&buf), || {
                 runs += 1;
                 b.fill(&mut other, T::from_bits(POISON_U64))
             })
@@ -200,15 +228,26 @@ fn downloads_overlap_the_work_queued_meanwhile() {
         check::<u64>(&b, n);
     }
     let buf = b.upload(&[1u64, 2, 3]).unwrap();
-    let failed = b.download_while(&buf, || -> joinkit_cuda::Result<()> {
-        Err(joinkit_cuda::Error::InvalidArgument("meanwhile".into()))
-    });
+    let failed =
+        b.download_beside::<u64, ()>(3, copy_beside(&buf), || -> joinkit_cuda::Result<()> {
+            Err(joinkit_cuda::Error::InvalidArgument("meanwhile".into()))
+        });
     assert!(matches!(
         failed,
         Err(joinkit_cuda::Error::InvalidArgument(_))
     ));
+    let refused = b.download_beside::<u64, ()>(
+        3,
+        |_, _| Err(joinkit_cuda::Error::InvalidArgument("beside".into())),
+        || Ok(()),
+    );
+    assert!(matches!(
+        refused,
+        Err(joinkit_cuda::Error::InvalidArgument(_))
+    ));
     assert_eq!(
-        b.download_while(&buf, || Ok(5)).unwrap(),
+        b.download_beside::<u64, _>(3, copy_beside(&buf), || Ok(5))
+            .unwrap(),
         (vec![1, 2, 3], 5)
     );
 }

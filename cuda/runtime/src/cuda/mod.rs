@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use cudarc;
+use cudarc::driver::sys;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaStream, CudaView, DevicePtr, DriverError, LaunchConfig,
@@ -113,31 +114,41 @@ struct Inner {
     functions: Mutex<HashMap<(usize, &'static str), CudaFunction>>,
     /// The page-locked word [`CudaBackend::read_element`] has the GPU store into (made on
     /// first use); the lock also keeps two threads' reads apart.
-    readback: Mutex<Option<ReadbackWord>>,
+    readback: Mutex<Option<MappedWords>>,
     /// Pinned buffers that large uploads and downloads go through (see `transfer`); one
     /// transfer at a time holds them.
     staging: Mutex<StagingRing>,
-    /// The page-locked words [`CudaBackend::download_while`] copies into (made on first use);
-    /// one such download at a time holds them.
-    overlapped: Mutex<Option<cudarc::driver::PinnedHostSlice<u64>>>,
+    /// What [`CudaBackend::download_beside`] runs on (made on first use); one such download at
+    /// a time holds it.
+    overlapped: Mutex<Option<Overlapped>>,
 }
 
-/// Bytes [`CudaBackend::download_while`] copies asynchronously (larger buffers are downloaded
-/// before the work that would overlap them).
+/// The second stream of [`CudaBackend::download_beside`], the mapped words its work writes,
+/// and its two events: where the second stream starts, where its work ends.
+#[derive(Debug)]
+struct Overlapped {
+    words: MappedWords,
+    stream: Arc<CudaStream>,
+    forked: cudarc::driver::CudaEvent,
+    done: cudarc::driver::CudaEvent,
+}
+
+/// Bytes [`CudaBackend::download_beside`] has written into mapped host words (more are written
+/// and downloaded before the work that would overlap them).
 const OVERLAPPED_DOWNLOAD_BYTES: usize = 4096;
 
-/// A page-locked host word mapped into the device's address space.
+/// Page-locked host words mapped into the device's address space.
 #[derive(Debug)]
-struct ReadbackWord {
+struct MappedWords {
     /// Owns the allocation.
     _pinned: cudarc::driver::PinnedHostSlice<u64>,
     host: *const u64,
     device: cudarc::driver::sys::CUdeviceptr,
 }
 
-// SAFETY: the word is only read under the backend's lock, after the stream that the kernel
-// storing into it runs on was synchronized.
-unsafe impl Send for ReadbackWord {}
+// SAFETY: the words are only read under the backend's locks, after the work storing into them
+// was waited for.
+unsafe impl Send for MappedWords {}
 
 /// The CUDA backend: a device, a stream all its work is queued on, and memory accounting.
 ///
@@ -171,7 +182,6 @@ impl MemPool {
     /// pool returns freed memory to the driver at every synchronization, so the next large
     /// allocation maps fresh pages: for gigabyte buffers that costs milliseconds per call.
     fn keep_freed_memory(ctx: &CudaContext) -> Result<Self> {
-        use cudarc::driver::sys;
         let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
         let mut threshold = u64::MAX;
         // SAFETY: the context is current (bound by the caller's driver calls); the out pointer
@@ -524,7 +534,7 @@ impl CudaBackend {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if word.is_none() {
-            *word = Some(self.readback_word()?);
+            *word = Some(self.mapped_words(1)?);
         }
         let Some(word) = word.as_ref() else {
             return Err(Error::Corrupt("no read-back word".into()));
@@ -550,80 +560,91 @@ impl CudaBackend {
         Ok(unsafe { std::ptr::read_volatile(word.host.cast::<T>()) })
     }
 
-    /// `buf` copied to the host, with `meanwhile` run after the copy is queued and before it is
-    /// waited for: what `meanwhile` queues on the stream runs on the device while this thread
-    /// waits for the copy alone (a plan's sample read back while a hash table builds). Buffers
-    /// of up to 4 KiB land in page-locked memory, copied asynchronously; larger ones are
-    /// downloaded before `meanwhile` runs. `meanwhile` must not itself call this method on the
-    /// same backend (the pinned words stay held until the copy is waited for).
+    /// Work queued by `beside` on a second stream of this backend, beside what `meanwhile`
+    /// queues on the backend's own stream, and the `len` elements of `T` that `beside`'s work
+    /// writes at the device address it is given, read on the host: the two run on the device
+    /// side by side (a plan's one-block key sample beside a hash table's build, which then no
+    /// longer waits for it), and this thread waits for `beside`'s work alone. The second stream
+    /// starts after the work queued so far on the backend's, and its work is over when this
+    /// returns (`beside`'s work must only read device memory). Up to 4 KiB are written straight
+    /// into page-locked host words mapped into the device (no allocation, no copy: each of
+    /// those is a driver call on the plan's path); more go to a device buffer, written and
+    /// downloaded on the backend's stream before `meanwhile` runs. `meanwhile` must not itself
+    /// call this method on the same backend (the words stay held until the work is waited
+    /// for).
     ///
     /// # Errors
-    /// Driver errors, and `meanwhile`'s (the copy is waited for either way).
-    pub fn download_while<T: Element, R>(
+    /// Allocation and driver errors, and `beside`'s and `meanwhile`'s (the second stream is
+    /// waited for either way).
+    pub fn download_beside<T: Element, R>(
         &self,
-        buf: &DeviceBuffer<T>,
+        len: usize,
+        beside: impl FnOnce(&Arc<CudaStream>, sys::CUdeviceptr) -> Result<()>,
         meanwhile: impl FnOnce() -> Result<R>,
     ) -> Result<(Vec<T>, R)> {
-        use cudarc::driver::sys;
-        let bytes = buf.len() * size_of::<T>();
+        let bytes = len * size_of::<T>();
         if bytes == 0 || bytes > OVERLAPPED_DOWNLOAD_BYTES {
-            let host = self.download(buf)?;
+            let buf = self.alloc::<T>(len)?;
+            beside(self.stream(), buf.device_ptr())?;
+            let host = self.download(&buf)?;
             return Ok((host, meanwhile()?));
         }
-        let mut words = self
+        let mut overlapped = self
             .inner
             .overlapped
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if words.is_none() {
-            // SAFETY: plain old data, written by the copies below before any read.
-            let pinned = unsafe {
-                self.context()
-                    .alloc_pinned_with_flags::<u64>(OVERLAPPED_DOWNLOAD_BYTES / 8, 0)
-            };
-            *words = Some(pinned.map_err(|e| driver_error("allocating pinned host memory", e))?);
+        if overlapped.is_none() {
+            *overlapped = Some(self.overlapped()?);
         }
-        let Some(words) = words.as_mut() else {
+        let Some(o) = overlapped.as_ref() else {
             return Err(Error::Corrupt("no pinned words".into()));
         };
-        let host = words
-            .as_mut_ptr()
-            .map_err(|e| driver_error("reading pinned host memory", e))?;
-        // SAFETY: `bytes` fit the pinned words (checked above) and the buffer; the copy is
-        // ordered after the work that wrote `buf` by the stream, and waited for below before
-        // the words are read or handed to another download.
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                host.cast(),
-                buf.device_ptr(),
-                bytes,
-                self.stream().cu_stream(),
-            )
-        }
-        .result()
-        .map_err(|e| driver_error("copying to the host", e))?;
-        let copied = self
-            .stream()
-            .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(|e| driver_error("recording an event", e))?;
-        let r = meanwhile();
-        copied
-            .synchronize()
+        // Everything queued before first (the inputs of `beside`'s work).
+        o.forked
+            .record(self.stream())
+            .and_then(|()| o.stream.wait(&o.forked))
+            .map_err(|e| driver_error("ordering two streams", e))?;
+        let queued = beside(&o.stream, o.words.device);
+        let done = o.done.record(&o.stream);
+        let r = queued.and_then(|()| meanwhile());
+        // Whatever failed, `beside`'s work is over before this returns (so the backend's
+        // stream need not wait for it: its output is on the host, its inputs were only read).
+        done.and_then(|()| o.done.synchronize())
             .map_err(|e| driver_error("waiting for an event", e))?;
-        // SAFETY: the copy above wrote `buf.len()` elements of `T` (plain old data, at most 8
-        // bytes, so the u64 words are aligned for it) and has completed.
-        let out = unsafe { std::slice::from_raw_parts(host.cast::<T>(), buf.len()) }.to_vec();
-        Ok((out, r?))
+        let r = r?;
+        // SAFETY: `beside`'s work wrote `len` elements of `T` (plain old data, at most 8 bytes,
+        // so the u64 words are aligned for it) into the mapped words, and has completed.
+        let out = unsafe { std::slice::from_raw_parts(o.words.host.cast::<T>(), len) }.to_vec();
+        Ok((out, r))
     }
 
-    fn readback_word(&self) -> Result<ReadbackWord> {
-        use cudarc::driver::sys;
-        // SAFETY: one u64 of plain old data, written by the GPU before any read.
+    /// What [`CudaBackend::download_beside`] runs on: a stream, two events, the mapped words.
+    fn overlapped(&self) -> Result<Overlapped> {
+        let stream = (self.inner.ctx)
+            .new_stream()
+            .map_err(|e| driver_error("creating a stream", e))?;
+        let event = || {
+            (self.inner.ctx)
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(|e| driver_error("creating an event", e))
+        };
+        Ok(Overlapped {
+            words: self.mapped_words(OVERLAPPED_DOWNLOAD_BYTES / 8)?,
+            stream,
+            forked: event()?,
+            done: event()?,
+        })
+    }
+
+    /// `n` page-locked host words mapped into the device's address space.
+    fn mapped_words(&self, n: usize) -> Result<MappedWords> {
+        // SAFETY: plain old data, written by the GPU before any read.
         let pinned = unsafe {
             self.context()
-                .alloc_pinned_with_flags::<u64>(1, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+                .alloc_pinned_with_flags::<u64>(n, sys::CU_MEMHOSTALLOC_DEVICEMAP)
         }
-        .map_err(|e| driver_error("allocating a read-back word", e))?;
+        .map_err(|e| driver_error("allocating mapped host words", e))?;
         let host = pinned
             .as_ptr()
             .map_err(|e| driver_error("reading pinned host memory", e))?;
@@ -631,8 +652,8 @@ impl CudaBackend {
         // SAFETY: `host` is a live mapped pinned allocation of this context.
         unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut _, 0) }
             .result()
-            .map_err(|e| driver_error("mapping a read-back word", e))?;
-        Ok(ReadbackWord {
+            .map_err(|e| driver_error("mapping host words", e))?;
+        Ok(MappedWords {
             _pinned: pinned,
             host,
             device,
