@@ -99,10 +99,9 @@ impl SampleRuns for CpuBackend {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
     use std::sync::Arc;
 
-    use joinkit_cuda::cudarc::driver::sys::CUdeviceptr;
+    use joinkit_cuda::cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
     use joinkit_cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
     use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
 

@@ -143,7 +143,7 @@ struct MappedWords {
     /// Owns the allocation.
     _pinned: cudarc::driver::PinnedHostSlice<u64>,
     host: *const u64,
-    device: cudarc::driver::sys::CUdeviceptr,
+    device: sys::CUdeviceptr,
 }
 
 // SAFETY: the words are only read under the backend's locks, after the work storing into them
