@@ -14,8 +14,7 @@
 use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 use joinkit_cuda::{
-    Backend, Column, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result, driver,
-    each_column, map_column,
+    Backend, Column, CudaBackend, DeviceBuffer, Error, Key, Result, driver, each_column, map_column,
 };
 use joinkit_partition::{BucketChains, Partitioner};
 use joinkit_primitives::Scan;
@@ -24,8 +23,6 @@ use crate::copart::{
     CoJoined, CoPartitionJoin, CoSide, CoWant, MAX_BUILD_CAPACITY, MIX_SEED, Pieces, RANGE_SAMPLES,
     check_chains, check_piece_args, check_sides, check_wide, within_u32,
 };
-
-static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 
 /// Threads per block of the match kernels (`kJoinBlock` in kernels/phj.cu, which sizes the
 /// one-pass join's rounds by it). Three such blocks fit an SM (48 warps; registers,
@@ -295,7 +292,7 @@ fn launch_small(
     warps: bool,
     args: &[Arg],
 ) -> Result<()> {
-    let f = b.function(&KERNELS, name)?;
+    let f = b.function(&crate::KERNELS, name)?;
     let threads = if warps { n.saturating_mul(32) } else { n };
     let cfg = b.grid_stride_config(threads.max(1), 256);
     let mut builder = b.stream().launch_builder(&f);
@@ -439,7 +436,7 @@ unsafe fn launch_pass(
     smem: usize,
     what: &'static str,
 ) -> Result<()> {
-    let f = b.function(&KERNELS, name)?;
+    let f = b.function(&crate::KERNELS, name)?;
     let cfg = join_config(b, &f, smem, params.n_items)?;
     let mut args = b.stream().launch_builder(&f);
     args.arg(params);

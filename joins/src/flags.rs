@@ -50,9 +50,7 @@ impl MatchFlags for CpuBackend {
 #[cfg(feature = "cuda")]
 mod cuda {
     use joinkit_cuda::cudarc::driver::PushKernelArg;
-    use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Result};
-
-    static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
+    use joinkit_cuda::{Backend, CudaBackend, DeviceBuffer, Error, Result};
 
     fn launch(
         b: &CudaBackend,
@@ -65,7 +63,7 @@ mod cuda {
         if n == 0 {
             return Ok(out);
         }
-        let f = b.function(&KERNELS, name)?;
+        let f = b.function(&crate::KERNELS, name)?;
         let ptrs: Vec<u64> = inputs.iter().map(|i| i.device_ptr()).collect();
         let (out_ptr, n64, want) = (out.device_ptr(), n as u64, u32::from(want_match));
         let mut args = b.stream().launch_builder(&f);

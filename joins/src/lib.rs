@@ -97,3 +97,9 @@ pub use stream::{
 };
 #[cfg(feature = "cuda")]
 pub use stream_cuda::{PinnedColumn, PinnedTable, join_streamed_pinned};
+
+/// The crate's kernels (`kernels/*.cu`, one fatbin): one module, loaded once per device, for
+/// every launch in the crate (a static a file embedded the image once for each and loaded it
+/// as often).
+#[cfg(feature = "cuda")]
+static KERNELS: joinkit_cuda::KernelModule = joinkit_cuda::kernel_module!();

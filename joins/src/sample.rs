@@ -103,11 +103,9 @@ mod cuda {
 
     use joinkit_cuda::cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
     use joinkit_cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
-    use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result};
+    use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, Key, Result};
 
     use super::{SAMPLE_GROUP_ROWS, SampleGroup, layout};
-
-    static KERNELS: KernelModule = joinkit_cuda::kernel_module!();
 
     /// Threads of a group's block (`kSampleThreads` in kernels/sample.cu).
     const THREADS: u32 = 1024;
@@ -137,7 +135,7 @@ mod cuda {
             } else {
                 "sample_runs_u64"
             };
-            let f = self.function(&KERNELS, name)?;
+            let f = self.function(&crate::KERNELS, name)?;
             let smem = sample_shared_bytes::<K>();
             f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
