@@ -98,8 +98,7 @@ pub use stream::{
 #[cfg(feature = "cuda")]
 pub use stream_cuda::{PinnedColumn, PinnedTable, join_streamed_pinned};
 
-/// The crate's kernels (`kernels/*.cu`, one fatbin): one module, loaded once per device, for
-/// every launch in the crate (a static a file embedded the image once for each and loaded it
-/// as often).
+/// The crate's kernels (`kernels/*.cu`, one fatbin), shared by every launch in the crate: each
+/// `kernel_module!` static embeds the image and is loaded on its own, so one per crate.
 #[cfg(feature = "cuda")]
 static KERNELS: joinkit_cuda::KernelModule = joinkit_cuda::kernel_module!();
