@@ -125,8 +125,8 @@ pub(crate) struct DistributedArgs {
     /// compresses), or auto (where the link is slower than the column's break-even).
     #[arg(long, value_enum, default_value = "off")]
     compress: CompressKind,
-    /// For --compress auto: the link's rate in GB/s a rank sends (default: measured by every
-    /// join with an all-to-all of 8 MiB a rank).
+    /// For --compress auto: the link's rate in GB/s a rank sends (default: measured once per
+    /// communicator, by the first join: its warm-up run).
     #[arg(long)]
     link_gbps: Option<f64>,
     /// Draw the median run's timeline (each rank's communication and compute lanes: phases,

@@ -87,6 +87,34 @@ impl CommConfig {
     }
 }
 
+/// Link rates a communicator has measured, kept for its life: a set of peers is measured once,
+/// and the collectives after it reuse the rate (a measurement is a few all-to-alls, tens of
+/// milliseconds over a slow network). Every rank measures together and reads the same rate, so
+/// every rank's memo holds the same entries.
+#[derive(Debug, Default)]
+pub struct LinkRates(std::sync::Mutex<Vec<(Vec<usize>, f64)>>);
+
+impl LinkRates {
+    /// The rate measured before to exactly these `peers`, in GB/s a rank sends.
+    pub fn get(&self, peers: &[usize]) -> Option<f64> {
+        let rates = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        rates.iter().find(|(p, _)| p == peers).map(|&(_, r)| r)
+    }
+
+    /// Keeps the rate measured to `peers` (replacing an earlier one).
+    pub fn insert(&self, peers: Vec<usize>, gbps: f64) {
+        let mut rates = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        rates.retain(|(p, _)| *p != peers);
+        rates.push((peers, gbps));
+    }
+}
+
 /// What a buffer collective returns: the rows received, and how many came from each rank.
 pub type Received<B, T> = (<B as Backend>::Buf<T>, Vec<usize>);
 
@@ -134,6 +162,9 @@ pub trait Communicator: Send + Sized {
 
     /// The settings this communicator runs with.
     fn config(&self) -> CommConfig;
+
+    /// The link rates measured over this communicator so far.
+    fn link_rates(&self) -> &LinkRates;
 
     /// Every rank's `values`, concatenated in rank order (`size() * values.len()` values).
     ///

@@ -242,6 +242,7 @@ pub struct LocalComm<B: Backend> {
     rank: usize,
     /// Sequence number of this rank's next collective (every rank counts alike).
     next: Cell<u64>,
+    link_rates: crate::LinkRates,
     _backend: PhantomData<fn() -> B>,
 }
 
@@ -251,6 +252,7 @@ impl<B: Backend> LocalComm<B> {
             group,
             rank,
             next: Cell::new(0),
+            link_rates: crate::LinkRates::default(),
             _backend: PhantomData,
         }
     }
@@ -338,6 +340,10 @@ impl<B: Backend> Communicator for LocalComm<B> {
 
     fn config(&self) -> CommConfig {
         self.group.config
+    }
+
+    fn link_rates(&self) -> &crate::LinkRates {
+        &self.link_rates
     }
 
     fn all_gather(&self, values: &[u64]) -> Result<Vec<u64>> {

@@ -335,6 +335,7 @@ pub struct NcclComm {
     /// Set once the communicator has been aborted (after a failure or a time-out): `comm` is
     /// freed and must not be used again.
     aborted: std::cell::Cell<bool>,
+    link_rates: crate::LinkRates,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one at a time; `NcclComm` is not
@@ -557,6 +558,7 @@ impl NcclComm {
             size,
             config,
             aborted: std::cell::Cell::new(false),
+            link_rates: crate::LinkRates::default(),
         }
     }
 
@@ -904,6 +906,10 @@ impl Communicator for NcclComm {
 
     fn config(&self) -> CommConfig {
         self.config
+    }
+
+    fn link_rates(&self) -> &crate::LinkRates {
+        &self.link_rates
     }
 
     fn all_gather(&self, values: &[u64]) -> Result<Vec<u64>> {

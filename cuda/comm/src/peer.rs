@@ -439,6 +439,10 @@ impl Communicator for PeerComm {
         self.host.config()
     }
 
+    fn link_rates(&self) -> &crate::LinkRates {
+        self.host.link_rates()
+    }
+
     fn all_gather(&self, values: &[u64]) -> Result<Vec<u64>> {
         self.live("all_gather")?;
         self.meet(self.host.all_gather(values))

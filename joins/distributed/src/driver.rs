@@ -668,6 +668,7 @@ where
         bytes_on_wire: traffic.columns.iter().map(|c| c.sent_bytes).sum(),
         traffic: traffic.columns,
         link_gbps: links.rates,
+        links_measured: links.measured,
         input_rows,
         local_rows,
         output_rows: out.rows,

@@ -147,8 +147,8 @@ pub enum Compression {
         /// The codec's round-trip rate in GB/s of raw bytes ([`codec_round_trip_gbps`] of its
         /// encode and decode rates): the break-even of a column that shrinks without bound.
         break_even_gbps: f64,
-        /// The link's rate in GB/s a rank sends; `None`: measured by an all-to-all of 8 MiB a
-        /// rank to the level's peers, once per join and level.
+        /// The link's rate in GB/s a rank sends; `None`: measured by all-to-alls to the level's
+        /// peers, once per communicator and set of peers (the joins after the first reuse it).
         link_gbps: Option<f64>,
     },
 }

@@ -38,8 +38,11 @@ pub struct DistributedStats {
     /// and the sampled ratio its compression was decided from.
     pub traffic: Vec<ColumnTraffic>,
     /// The link rates [`crate::Compression::Auto`] decided from, per level (GB/s a rank
-    /// sends: configured, or measured by this join); empty when none was needed.
+    /// sends: configured, or measured over the communicator); empty when none was needed.
     pub link_gbps: Vec<(Level, f64)>,
+    /// Links this join measured (each a few all-to-alls): 0 where the rates were configured
+    /// or the communicator had measured the same peers for an earlier join.
+    pub links_measured: usize,
     /// Rows this rank held of the left and right inputs.
     pub input_rows: (usize, usize),
     /// Rows of the left and right sides this rank joined locally (after the shuffle).

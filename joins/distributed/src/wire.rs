@@ -157,15 +157,35 @@ impl Wire {
     }
 }
 
-/// Link rates measured (or configured) during one join, per level, so each is probed once.
+/// The link rates one join decided from, per level, and how many it measured itself.
 #[derive(Debug, Default)]
 pub(crate) struct Links {
     pub(crate) rates: Vec<(Level, f64)>,
+    pub(crate) measured: usize,
 }
 
 impl Links {
-    /// The rate of `level`'s link in GB/s a rank sends: configured, measured before, or
-    /// measured now ([`measure_link`]; every rank reads the same rate).
+    /// The rate of `level`'s link in GB/s a rank sends where it is known without measuring:
+    /// configured, decided from earlier in this join, or measured over the communicator by an
+    /// earlier join to the same peers (every rank knows the same rates).
+    fn known<C: Communicator>(
+        &mut self,
+        comm: &C,
+        level: Level,
+        ranks_per_node: usize,
+        configured: Option<f64>,
+    ) -> Option<f64> {
+        if let Some(&(_, r)) = self.rates.iter().find(|r| r.0 == level) {
+            return Some(r);
+        }
+        let rate =
+            configured.or_else(|| comm.link_rates().get(&peers(comm, level, ranks_per_node)))?;
+        self.rates.push((level, rate));
+        Some(rate)
+    }
+
+    /// The rate of `level`'s link: [`Links::known`], or measured now ([`measure_link`]; every
+    /// rank reads the same rate, and the communicator keeps it for the joins after this one).
     fn rate<C: Communicator>(
         &mut self,
         comm: &C,
@@ -174,13 +194,13 @@ impl Links {
         ranks_per_node: usize,
         configured: Option<f64>,
     ) -> Result<f64> {
-        if let Some(&(_, r)) = self.rates.iter().find(|r| r.0 == level) {
+        if let Some(r) = self.known(comm, level, ranks_per_node, configured) {
             return Ok(r);
         }
-        let rate = match configured {
-            Some(r) => r,
-            None => measure_link(comm, b, &peers(comm, level, ranks_per_node))?,
-        };
+        let peers = peers(comm, level, ranks_per_node);
+        let rate = measure_link(comm, b, &peers)?;
+        comm.link_rates().insert(peers, rate);
+        self.measured += 1;
         self.rates.push((level, rate));
         Ok(rate)
     }
@@ -262,7 +282,10 @@ fn sample<B: Codec, T: Element>(b: &B, col: &B::Buf<T>) -> Result<(Scheme, u64, 
     Ok((pick.scheme, raw, estimated))
 }
 
-/// The decisions for `table`'s columns (one side) at `level`, the same on every rank.
+/// The decisions for `table`'s columns (one side) at `level`, the same on every rank: raw
+/// without a look where compression is off or the link is known to outrun the codec;
+/// otherwise each column sampled and, for [`Compression::Auto`], the link's rate compared with
+/// the column's break-even.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_wire<C, K>(
     comm: &C,
@@ -288,6 +311,15 @@ where
             link_gbps,
         } => (break_even_gbps, link_gbps),
     };
+    // A link known to be faster than the codec's round trip is faster than every column's
+    // break-even, whatever it compresses to: raw, without sampling (NVLink, once measured).
+    if round_trip.is_finite()
+        && links
+            .known(comm, level, ranks_per_node, configured)
+            .is_some_and(|link| link >= round_trip)
+    {
+        return Ok(Wire::raw(side, level));
+    }
     let local = settle(
         comm,
         "sampling the shuffled columns",

@@ -1,7 +1,7 @@
 //! The compressed and the pipelined shuffle on fixed shapes: what crosses the links (raw for
 //! incompressible keys, encoded for sorted ones, never inside a node), the same output as the
-//! blocking uncompressed join, per-chunk timelines, a chunk count of 0 refused, and 8-byte keys
-//! narrowed only where every rank's keys allow it.
+//! blocking uncompressed join, a link measured once per communicator, per-chunk timelines, a
+//! chunk count of 0 refused, and 8-byte keys narrowed only where every rank's keys allow it.
 
 mod common;
 
@@ -174,7 +174,8 @@ fn the_two_level_shuffle_compresses_across_nodes_only() {
 }
 
 /// Automatic compression follows the link: a slow configured link compresses, a fast one
-/// does not, and a measured one decides alike on every rank.
+/// (faster than the codec's round trip) does not and samples nothing, and a measured one
+/// decides alike on every rank.
 #[test]
 fn automatic_compression_follows_the_link() {
     let open = || CpuBackend::new();
@@ -202,11 +203,54 @@ fn automatic_compression_follows_the_link() {
                 decisions[0].iter().all(|&d| d == c),
                 "{link:?}: {decisions:?}"
             );
+            // Sampled ratios where the link is slow; none sampled past the round trip.
+            let sampled = stats[0].traffic.iter().any(|t| t.estimated_ratio > 1.0);
+            assert_eq!(sampled, c, "{link:?}: {:?}", stats[0].traffic);
         }
         for s in &stats {
             assert_eq!(s.link_gbps.len(), 1, "{:?}", s.link_gbps);
             assert!(s.link_gbps[0].1 > 0.0);
+            assert_eq!(s.links_measured, usize::from(link.is_none()));
         }
+    }
+}
+
+/// A link is measured once per communicator: the second join of the same shape over the same
+/// ranks decides from the first one's rate, measures nothing, and gives the same rows.
+#[test]
+fn a_measured_link_is_reused_by_the_next_join() {
+    let left = lineitem_like(20_000);
+    let right: Vec<u64> = left.iter().step_by(4).copied().collect();
+    let opts = inner().compress(Compression::Auto {
+        break_even_gbps: 300.0,
+        link_gbps: None,
+    });
+    let world = LocalWorld::new(3, CommConfig::default()).unwrap();
+    let results = world.run(|comm| {
+        let b = CpuBackend::new();
+        let (r, n) = (comm.rank(), comm.size());
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let (out, stats) = distributed_join_columns(
+                &comm,
+                &b,
+                share(&b, &left, r, n),
+                share(&b, &right, r, n),
+                &opts,
+            )?;
+            runs.push((out.rows, stats.links_measured, stats.link_gbps));
+        }
+        Ok::<_, Error>(runs)
+    });
+    for (r, runs) in results.into_iter().enumerate() {
+        let runs = runs.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        let [(rows_1, measured_1, rates_1), (rows_2, measured_2, rates_2)] = &runs[..] else {
+            panic!("rank {r}: two joins, {} results", runs.len());
+        };
+        assert_eq!((*measured_1, *measured_2), (1, 0), "rank {r}");
+        assert_eq!(rows_1, rows_2, "rank {r}");
+        assert_eq!(rates_1.len(), 1, "rank {r}: {rates_1:?}");
+        assert_eq!(rates_1, rates_2, "rank {r}");
     }
 }
 
