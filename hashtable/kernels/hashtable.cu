@@ -243,20 +243,28 @@ __device__ void mark(const RawTable& raw, const K* probe, uint64_t n, uint32_t* 
 }
 
 // `mark` for small tables probed by many rows (Auto's sample of the left keys against every
-// right key): each block first sets one bit per build key in a 64 Ki-bit filter in shared
-// memory, and a probe row reads the table only where its bit is set. Without it, such probes
-// are bound by the L1's random-access rate (ncu on an H200: SM 80 % busy, L1 hits 95 %); with
-// at most kFilterRows build keys, at most a quarter of the filter's bits are set, so three in
-// four missing probe keys stop at one shared-memory read. No false negatives: every build key
-// sets its bit.
-constexpr uint32_t kFilterWords = 2048;  // 64 Ki bits, 8 KiB; Rust: FILTER_ROWS sizes for it
+// right key): each block first sets two bits per build key in a 256 Ki-bit filter in shared
+// memory, and a probe row reads the table only where both its bits are set. Without it, such
+// probes are bound by the L1's random-access rate (ncu on an H200: SM 80 % busy, L1 hits 95 %).
+// With one bit a key in 64 Ki bits, one probe key in 16 passed (4096 build keys), so nearly
+// every warp had a lane in the probe path for every batch slot, and the warp waited on that
+// lane's table reads, one slot after another (ncu, 2^27 8-byte probe keys: 856 us, DRAM 26 %).
+// With at most kFilterRows build keys, at most an eighth of the bits are set, and a missing
+// probe key passes with a chance of at most 1/64 (1/4096 for 4096 build keys). No false
+// negatives: every build key sets both its bits.
+constexpr uint32_t kFilterWords = 8192;  // 256 Ki bits, 32 KiB; Rust: FILTER_ROWS sizes for it
+constexpr uint32_t kFilterBits = kFilterWords * 32;
 constexpr uint32_t kFilterSeed = 0x27d4eb2fu;
 constexpr uint32_t kFilterBatch = 8;  // probe keys a thread loads before checking them
 
+// The filter's two bits of a key, from one 32-bit hash: its low 18 bits, and a multiplicative
+// remix's high 18 bits.
 template <typename K>
-__device__ __forceinline__ uint32_t filter_bit(K key, uint32_t seed) {
-  return joinkit::hash_key(key, seed ^ kFilterSeed) & (kFilterWords * 32 - 1);
+__device__ __forceinline__ uint2 filter_bits(K key, uint32_t seed) {
+  const uint32_t h = joinkit::hash_key(key, seed ^ kFilterSeed);
+  return make_uint2(h & (kFilterBits - 1), (h * 0x9e3779b1u) >> (32 - 18));
 }
+static_assert(kFilterBits == 1u << 18, "filter_bits takes 18-bit positions");
 
 template <typename Table, typename K>
 __device__ void mark_filtered(const RawTable& raw, const K* build, uint64_t rows, const K* probe,
@@ -265,17 +273,18 @@ __device__ void mark_filtered(const RawTable& raw, const K* build, uint64_t rows
   for (uint32_t i = threadIdx.x; i < kFilterWords; i += blockDim.x) filter[i] = 0;
   __syncthreads();
   for (uint64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const uint32_t bit = filter_bit(build[r], raw.seed);
-    atomicOr(&filter[bit >> 5], 1u << (bit & 31));
+    const uint2 bits = filter_bits(build[r], raw.seed);
+    atomicOr(&filter[bits.x >> 5], 1u << (bits.x & 31));
+    atomicOr(&filter[bits.y >> 5], 1u << (bits.y & 31));
   }
   __syncthreads();
   const Table table(raw);
-  // Most keys stop at the filter, so the loop is bound by the latency of its probe-key loads:
-  // kFilterBatch independent loads a thread in flight (one at a time: 1.2 ms of Auto's
-  // planning for 2^27 right keys on an H200).
+  // Most keys stop at the filter, so the loop is bound by its probe-key loads: kFilterBatch
+  // independent ones a thread in flight.
   const auto check = [&](K key) {
-    const uint32_t bit = filter_bit(key, raw.seed);
-    if ((filter[bit >> 5] >> (bit & 31) & 1u) != 0) mark_key(table, key, flags);
+    const uint2 bits = filter_bits(key, raw.seed);
+    const uint32_t both = (filter[bits.x >> 5] >> (bits.x & 31)) & (filter[bits.y >> 5] >> (bits.y & 31));
+    if ((both & 1u) != 0) mark_key(table, key, flags);
   };
   const uint64_t stride = joinkit::grid_stride();
   uint64_t r = joinkit::global_thread_id();

@@ -130,7 +130,7 @@ const FIND: Names = names!("find");
 const MARK: Names = names!("mark");
 const MARK_FILTERED: Names = names!("mark_filtered");
 /// Most build rows for which `mark_matched` filters probes through a shared-memory bitmap
-/// (`mark_filtered` in kernels/hashtable.cu: 64 Ki bits, at most a quarter of them set).
+/// (`mark_filtered` in kernels/hashtable.cu: 256 Ki bits, two a key, at most an eighth set).
 const FILTER_ROWS: usize = 1 << 14;
 
 /// The kernel of an operation for a table kind, probing and key width.
@@ -510,12 +510,21 @@ pub fn mark_matched<K: Key>(
         ptr_mut(backend, build_flags),
     );
     let (nb, np) = (rows as u64, probe.len() as u64);
+    // Every block builds the filter, so no more blocks than run at once (its 32 KiB of shared
+    // memory and its registers allow fewer than the threads do: a second, partial wave of
+    // blocks left most SMs idle at the end).
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(PROBE_BLOCK, 0, None)
+        .map_err(driver("querying a hash-table kernel's occupancy"))?
+        .max(1);
+    let mut cfg = backend.grid_stride_config(probe.len(), PROBE_BLOCK);
+    cfg.grid_dim.0 = cfg.grid_dim.0.min(backend.info().sm_count.max(1) * per_sm);
     let mut b = backend.stream().launch_builder(&f);
     b.arg(&raw).arg(&bp).arg(&nb).arg(&pp).arg(&np).arg(&op);
     // SAFETY: `raw` describes the live table built from the `rows` keys of `table.keys`; the
     // kernel reads those and n probe keys, and writes flags only at build rows, which
     // `build_flags` holds (checked above).
-    unsafe { b.launch(backend.grid_stride_config(probe.len(), 256)) }
+    unsafe { b.launch(cfg) }
         .map(|_| ())
         .map_err(driver("launching a hash-table kernel"))
 }

@@ -507,7 +507,7 @@ fn mark_small_tables_gpu() {
 
 fn mark_small_on<K: Key>(g: &impl HashTables) {
     let cpu = CpuBackend::new();
-    for rows in [1usize, 37, 3000] {
+    for rows in [1usize, 37, 3000, 4096] {
         for config in configs() {
             let unique = config.kind() == TableKind::KeyValue;
             let build: Vec<K> = (0..rows as u64)

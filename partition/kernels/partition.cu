@@ -465,21 +465,37 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
       if (d < RADIX) s.dest[d] = base[k] - s.start[d];
     }
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
-      const uint32_t m = s.map[i];
-      const uint32_t src = m & 0xffffu;
-      const uint64_t at = s.dest[m >> 16] + i;
-      if (keys_out != nullptr) keys_out[at] = tile_keys[src];
-      uint32_t off = kTile * sizeof(K);
-      for (uint32_t c = 0; c < cols.count; ++c) {
-        const uint32_t w = cols.width[c];
-        uint64_t v = b + src;  // no source: the row index
-        if (cols.src[c] != 0) {
-          v = w == 4 ? reinterpret_cast<const uint32_t*>(tile + off)[src]
-                     : reinterpret_cast<const uint64_t*>(tile + off)[src];
-          off += kTile * w;
+    if (cols.count == 1 && cols.width[0] == 4) {
+      // One 4-byte column or 4-byte row ids (the partition by rank, the hash tables' clustered
+      // builds): the general loop's per-column reads of `cols` cost as much as the moves
+      // (ncu, H200, 2^28 rows at a fan-out of 4: 148 → 113 instructions a row, 1.79 → 1.58 ms).
+      const uint32_t* col_in = reinterpret_cast<const uint32_t*>(tile + kTile * sizeof(K));
+      uint32_t* col_out = reinterpret_cast<uint32_t*>(cols.dst[0]);
+      const bool ids = cols.src[0] == 0;
+      for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
+        const uint32_t m = s.map[i];
+        const uint32_t src = m & 0xffffu;
+        const uint64_t at = s.dest[m >> 16] + i;
+        if (keys_out != nullptr) keys_out[at] = tile_keys[src];
+        col_out[at] = ids ? static_cast<uint32_t>(b + src) : col_in[src];
+      }
+    } else {
+      for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
+        const uint32_t m = s.map[i];
+        const uint32_t src = m & 0xffffu;
+        const uint64_t at = s.dest[m >> 16] + i;
+        if (keys_out != nullptr) keys_out[at] = tile_keys[src];
+        uint32_t off = kTile * sizeof(K);
+        for (uint32_t c = 0; c < cols.count; ++c) {
+          const uint32_t w = cols.width[c];
+          uint64_t v = b + src;  // no source: the row index
+          if (cols.src[c] != 0) {
+            v = w == 4 ? reinterpret_cast<const uint32_t*>(tile + off)[src]
+                       : reinterpret_cast<const uint64_t*>(tile + off)[src];
+            off += kTile * w;
+          }
+          put(cols.dst[c], w, at, v);
         }
-        put(cols.dst[c], w, at, v);
       }
     }
     __syncthreads();  // the tile, the position map and the destinations are read
