@@ -3,7 +3,9 @@
 //! Files (`--left`, `--right`, `--on`): Parquet or Arrow IPC inputs, the result written to
 //! `--out` (compressed as `--compression` says); the row gives the time of each step (read,
 //! the join's phases, write), and a bar on a terminal names the step a run of over a second
-//! is at. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
+//! is at. On the CPU an inner join written to `--out` runs in chunks of the larger file
+//! (`--chunk-rows`, [`crate::chunked_files`]), each chunk's rows written before the next is
+//! joined. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
 //! u32 and u64 keys; Int32 and Int64 are bit-cast to them, which keeps equality, the only
 //! relation a join compares (output columns keep their signed type). The output has one key
 //! column, the left one under its name, as SQL's `join … using (k)` has (in a left outer join
@@ -38,6 +40,7 @@ use joinkit_cuda::{
 use joinkit_datagen as datagen;
 use rayon::prelude::*;
 
+use crate::chunked_files::join_in_chunks;
 use crate::error::{BenchError, Result};
 use crate::files::{self, Codec, Format, HostTable};
 use crate::measure::{self, Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
@@ -205,7 +208,10 @@ pub(crate) struct JoinArgs {
         help_heading = "Streamed joins"
     )]
     inputs: Inputs,
-    /// Rows of S a streamed chunk holds (default 2^24).
+    /// Rows of S a streamed chunk holds (default 2^24). In a join of files written to --out,
+    /// rows of the larger file a chunk probes, each chunk's rows written before the next is
+    /// joined (the smaller file partitioned once; inner joins the partitioned probe carries,
+    /// see `chunked_files`): default 2^21 on the CPU, 0 (one piece) on a GPU.
     #[arg(long, value_parser = parse_size, help_heading = "Streamed joins")]
     chunk_rows: Option<usize>,
     /// Chunks of a streamed join in flight at once (filled, copied, probed), at least 2.
@@ -311,7 +317,7 @@ pub(crate) fn run(device: &Opening, args: &JoinArgs, ctx: &mut Ctx) -> Result<()
             device,
             (left, right, on.as_str()),
             out,
-            (&opts, args.keep_both_keys),
+            (&opts, args.keep_both_keys, args.chunk_rows),
             ctx,
         );
     }
@@ -434,7 +440,7 @@ fn join_files(
     device: &Opening,
     (left, right, on): (&PathBuf, &PathBuf, &str),
     out: Option<(&std::path::Path, Format)>,
-    (opts, keep_both_keys): (&JoinOptions, bool),
+    (opts, keep_both_keys, chunk_rows): (&JoinOptions, bool, Option<usize>),
     ctx: &mut Ctx,
 ) -> Result<()> {
     let (lk, rk) = on.split_once('=').unwrap_or((on, on));
@@ -463,6 +469,39 @@ fn join_files(
     let (left_rows, right_rows) = (left.rows(), right.rows());
     // The right key is the join's key only, not a payload, unless asked for.
     let right_key = (!keep_both_keys).then_some(ri);
+    let on_cpu = with_backend!(device, b => b.kind()) == DeviceKind::Cpu;
+    let chunk_rows = chunk_rows.unwrap_or(if on_cpu { CPU_CHUNK_ROWS } else { 0 });
+    if let Some((path, format)) = out {
+        let (l, r) = ((&mut left, li), (&mut right, ri, right_key));
+        let written = if l.0.columns[li].width() == 4 {
+            with_backend!(device, b => join_in_chunks::<_, u32>(b, l, r, opts, chunk_rows, (path, format)))?
+        } else {
+            with_backend!(device, b => join_in_chunks::<_, u64>(b, l, r, opts, chunk_rows, (path, format)))?
+        };
+        if let Some(w) = written {
+            let names: Vec<&str> = w.fields.iter().map(|f| f.name().as_str()).collect();
+            ctx.report.note(format!(
+                "wrote {}: {} rows, columns {}, joined and written in {} chunks",
+                path.display(),
+                w.stats.output_rows,
+                names.join(", "),
+                w.chunks
+            ));
+            ctx.report.row(with_stats(
+                Row::new("join")
+                    .with("left rows", left_rows)
+                    .with("right rows", right_rows)
+                    .with("read ms", read_ms)
+                    .with("join step ms", w.join_ms)
+                    .with("write ms", w.write_ms)
+                    .detail("device wait ms", device_wait_ms)
+                    .detail("chunks", w.chunks),
+                opts.algorithm,
+                &w.stats,
+            ));
+            return Ok(());
+        }
+    }
     let joined = Instant::now();
     let (fields, columns, st) = if left.columns[li].width() == 4 {
         with_backend!(device, b => join_tables::<_, u32>(b, (&mut left, li), (&mut right, ri, right_key), opts, ctx))?
@@ -494,6 +533,11 @@ fn join_files(
     ));
     Ok(())
 }
+
+/// Rows a chunk of a join of files written as it goes probes on the CPU (`--chunk-rows`):
+/// 8-byte columns of 16 MiB, which the allocator hands from one chunk to the next (2-core
+/// development machine, the Int64 files: docs/results/files.md).
+const CPU_CHUNK_ROWS: usize = 1 << 21;
 
 /// Milliseconds since `t`.
 fn ms(t: Instant) -> f64 {

@@ -3,6 +3,7 @@
 //! Every subcommand prints a table, writes its rows as JSON lines and, where an axis varies,
 //! plots them; `--sweep` runs any subcommand over the product of option values.
 
+mod chunked_files;
 mod codec;
 mod distributed;
 mod error;

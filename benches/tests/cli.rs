@@ -532,6 +532,126 @@ fn outputs_are_compressed_as_asked() {
     );
 }
 
+/// Two sides whose output columns the partitioned probe carries whole (a key and one payload
+/// of the key's width), M:N keys with some missing on either side: `left_rows` and
+/// `right_rows` rows.
+fn carried_inputs(wide: bool, (left_rows, right_rows): (i64, i64)) -> (RecordBatch, RecordBatch) {
+    let column = |values: Vec<i64>| -> ArrayRef {
+        if wide {
+            Arc::new(Int64Array::from(
+                values.iter().map(|v| v * 1_000_000_007).collect::<Vec<_>>(),
+            ))
+        } else {
+            Arc::new(Int32Array::from(
+                values.iter().map(|&v| v as i32).collect::<Vec<_>>(),
+            ))
+        }
+    };
+    let keys = |rows: i64, step: i64| (0..rows).map(|i| (i * step) % 97 - 40).collect();
+    let left = batch(vec![
+        ("k", column(keys(left_rows, 13))),
+        ("a", column((0..left_rows).map(|i| -i).collect())),
+    ]);
+    let right = batch(vec![
+        (
+            "k",
+            column(keys(right_rows, 29).into_iter().map(|k| k + 3).collect()),
+        ),
+        ("b", column((0..right_rows).map(|i| i * 7).collect())),
+    ]);
+    (left, right)
+}
+
+/// An inner join written chunk by chunk (`--chunk-rows`: the smaller file partitioned once,
+/// the larger probed in chunks, each written as it comes) gives the one-piece join's rows and
+/// says how many chunks it took: signed 4- and 8-byte columns, either side the larger, both
+/// keys kept or one, Parquet and Arrow IPC output; `Auto` gives the same rows whichever way it
+/// runs; a left outer join runs in one piece.
+#[test]
+fn a_join_written_in_chunks_equals_the_one_piece_join() {
+    let d = dir("chunks");
+    for (wide, sizes, both_keys, out) in [
+        (true, (300, 1000), false, "o.parquet"),
+        (false, (1000, 300), true, "o.arrow"),
+        (true, (1000, 300), true, "o.parquet"),
+        (false, (300, 1000), false, "o.parquet"),
+    ] {
+        let case = format!("wide {wide}, rows {sizes:?}, both keys {both_keys}, {out}");
+        let (left, right) = carried_inputs(wide, sizes);
+        let (lp, rp) = (d.join("l.parquet"), d.join("r.parquet"));
+        write_parquet(&lp, &left);
+        write_parquet(&rp, &right);
+        let want = if wide {
+            expected::<u64>(&left, &right, JoinKind::Inner, both_keys)
+        } else {
+            expected::<u32>(&left, &right, JoinKind::Inner, both_keys)
+        };
+        assert!(!want.is_empty(), "{case}: the test joins nothing");
+        let out = d.join(out);
+        for (algorithm, chunk_rows, chunks) in [
+            ("PHJ-OM", "64", Some(16)),
+            ("PHJ-OM", "0", None),
+            ("auto", "64", None),
+        ] {
+            let mut args = vec![
+                "--algorithm",
+                algorithm,
+                "--chunk-rows",
+                chunk_rows,
+                "--out",
+                out.to_str().unwrap(),
+            ];
+            if both_keys {
+                args.push("--keep-both-keys");
+            }
+            let o = join(&d, (&lp, &rp, "k"), &args);
+            assert!(o.status.success(), "{case}: {}", text(&o.stderr));
+            let (names, rows) = read_rows(&out);
+            let want_names: &[&str] = if both_keys {
+                &["k", "a", "k_right", "b"]
+            } else {
+                &["k", "a", "b"]
+            };
+            assert_eq!(names, want_names, "{case}");
+            assert_eq!(rows, want, "{case}, {algorithm}, chunks of {chunk_rows}");
+            let row = &json_rows(&d, "join")[0];
+            if let Some(n) = chunks {
+                assert_eq!(row["chunks"].as_u64(), Some(n), "{case}: {row}");
+                assert!(text(&o.stdout).contains("in 16 chunks"), "{case}");
+            } else if chunk_rows == "0" {
+                assert!(row.get("chunks").is_none(), "{case}: {row}");
+            }
+        }
+    }
+    // Left outer joins run in one piece whatever the chunks asked.
+    let (left, right) = carried_inputs(true, (300, 1000));
+    let (lp, rp, out) = (
+        d.join("l.parquet"),
+        d.join("r.parquet"),
+        d.join("o.parquet"),
+    );
+    write_parquet(&lp, &left);
+    write_parquet(&rp, &right);
+    let o = join(
+        &d,
+        (&lp, &rp, "k"),
+        &[
+            "--kind",
+            "left-outer",
+            "--chunk-rows",
+            "64",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        read_rows(&out).1,
+        expected::<u64>(&left, &right, JoinKind::LeftOuter, false)
+    );
+    assert!(json_rows(&d, "join")[0].get("chunks").is_none());
+}
+
 /// The joins of files on GPU 0, where there is one (the binary's CUDA path, the same answer).
 #[cfg(feature = "cuda")]
 #[test]
