@@ -569,7 +569,12 @@ fn carried_inputs(wide: bool, (left_rows, right_rows): (i64, i64)) -> (RecordBat
 /// runs; a left outer join runs in one piece.
 #[test]
 fn a_join_written_in_chunks_equals_the_one_piece_join() {
-    let d = dir("chunks");
+    chunked_round_trips("chunks", "cpu");
+}
+
+/// [`a_join_written_in_chunks_equals_the_one_piece_join`] on `device`.
+fn chunked_round_trips(name: &str, device: &str) {
+    let d = dir(name);
     for (wide, sizes, both_keys, out) in [
         (true, (300, 1000), false, "o.parquet"),
         (false, (1000, 300), true, "o.arrow"),
@@ -598,6 +603,8 @@ fn a_join_written_in_chunks_equals_the_one_piece_join() {
                 algorithm,
                 "--chunk-rows",
                 chunk_rows,
+                "--device",
+                device,
                 "--out",
                 out.to_str().unwrap(),
             ];
@@ -640,6 +647,8 @@ fn a_join_written_in_chunks_equals_the_one_piece_join() {
             "left-outer",
             "--chunk-rows",
             "64",
+            "--device",
+            device,
             "--out",
             out.to_str().unwrap(),
         ],
@@ -665,6 +674,7 @@ fn file_joins_on_the_gpu() {
     round_trip::<u64>("gpu_u64_outer_ipc", u64_keys, OUTER, IPC, gpu);
     round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, PARQUET, gpu);
     round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, PARQUET, gpu);
+    chunked_round_trips("gpu_chunks", gpu);
 }
 
 /// The rows a run wrote to `<d>/<stem>.jsonl`.
