@@ -7,6 +7,8 @@
 //! not the join's work, was most of a one-shot join of the files (system time 5–6 s
 //! against 2–3 s of user time for 3.2 GB of fresh memory; docs/results/files.md). Chunk by
 //! chunk, the memory of one chunk's probe and output is freed and taken again by the next.
+//! On many cores the one-piece join is faster (each chunk leaves the threads less to share),
+//! so the CPU's default chunk grows with the thread pool (`--chunk-rows`).
 //!
 //! Chunks run where the result is the one-shot join's (rows in another order): an inner join,
 //! `Auto` (choosing PHJ-OM for these sides, from its sample) or PHJ-OM asked for, columns

@@ -411,7 +411,7 @@ fn ipc_batch_rows(file: &mut File) -> std::result::Result<Vec<usize>, String> {
 /// `ArrowWriter`'s default (DuckDB writes 122,880): the appending waits for the first group
 /// only, which at 2^20 rows took 60-100 ms of a 0.27-0.37 s write on an H200 host's 16 cores
 /// (33.5 M rows of three Int64 columns; 15-19 ms at 2^18, the write 0.21-0.24 s).
-const GROUP_ROWS: usize = 1 << 18;
+pub(crate) const GROUP_ROWS: usize = 1 << 18;
 
 /// Compression of the output (`--compression`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

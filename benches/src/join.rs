@@ -3,9 +3,9 @@
 //! Files (`--left`, `--right`, `--on`): Parquet or Arrow IPC inputs, the result written to
 //! `--out` (compressed as `--compression` says); the row gives the time of each step (read,
 //! the join's phases, write), and a bar on a terminal names the step a run of over a second
-//! is at. On the CPU an inner join written to `--out` runs in chunks of the larger file
-//! (`--chunk-rows`, [`crate::chunked_files`]), each chunk's rows written before the next is
-//! joined. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
+//! is at. On a CPU of few cores an inner join written to `--out` runs in chunks of the larger
+//! file (`--chunk-rows`, [`crate::chunked_files`]), each chunk's rows written before the next
+//! is joined. Both key columns must have the same Arrow type: UInt32 and UInt64 are joinkit's
 //! u32 and u64 keys; Int32 and Int64 are bit-cast to them, which keeps equality, the only
 //! relation a join compares (output columns keep their signed type). The output has one key
 //! column, the left one under its name, as SQL's `join … using (k)` has (in a left outer join
@@ -211,7 +211,8 @@ pub(crate) struct JoinArgs {
     /// Rows of S a streamed chunk holds (default 2^24). In a join of files written to --out,
     /// rows of the larger file a chunk probes, each chunk's rows written before the next is
     /// joined (the smaller file partitioned once; inner joins the partitioned probe carries,
-    /// see `chunked_files`): default 2^21 on the CPU, 0 (one piece) on a GPU.
+    /// see `chunked_files`): default 2^21 a thread on the CPU (2^22 on 2 cores, the whole file
+    /// on many), 0 (one piece) on a GPU.
     #[arg(long, value_parser = parse_size, help_heading = "Streamed joins")]
     chunk_rows: Option<usize>,
     /// Chunks of a streamed join in flight at once (filled, copied, probed), at least 2.
@@ -470,7 +471,7 @@ fn join_files(
     // The right key is the join's key only, not a payload, unless asked for.
     let right_key = (!keep_both_keys).then_some(ri);
     let on_cpu = with_backend!(device, b => b.kind()) == DeviceKind::Cpu;
-    let chunk_rows = chunk_rows.unwrap_or(if on_cpu { CPU_CHUNK_ROWS } else { 0 });
+    let chunk_rows = chunk_rows.unwrap_or(if on_cpu { cpu_chunk_rows() } else { 0 });
     if let Some((path, format)) = out {
         let (l, r) = ((&mut left, li), (&mut right, ri, right_key));
         let written = if l.0.columns[li].width() == 4 {
@@ -534,10 +535,16 @@ fn join_files(
     Ok(())
 }
 
-/// Rows a chunk of a join of files written as it goes probes on the CPU (`--chunk-rows`):
-/// 8-byte columns of 16 MiB, which the allocator hands from one chunk to the next (2-core
-/// development machine, the Int64 files: docs/results/files.md).
-const CPU_CHUNK_ROWS: usize = 1 << 21;
+/// Rows a chunk of a join of files written as it goes probes on the CPU by default
+/// (`--chunk-rows`): eight output row groups for each thread of the pool, so that every thread
+/// has row groups to encode and rows to join in each chunk. On the 2-core development machine
+/// (2^22 rows, 8 chunks of the files) chunks beat the one-piece join, whose fresh
+/// memory costs more there than its work; on 32 cores the one-piece join was faster
+/// (0.68–0.83 s against 0.94–1.11 in 16 chunks), and there a chunk holds the whole file.
+/// docs/results/files.md.
+fn cpu_chunk_rows() -> usize {
+    files::GROUP_ROWS * 8 * rayon::current_num_threads()
+}
 
 /// Milliseconds since `t`.
 fn ms(t: Instant) -> f64 {
