@@ -88,6 +88,7 @@ pub(crate) fn join_in_chunks<B: JoinBackend, K: Key>(
     (path, format): (&Path, Format),
 ) -> Result<Option<Written>> {
     let started = Instant::now();
+    let rows = (left.rows(), right.rows());
     let left_payloads: Vec<usize> = (0..left.columns.len()).collect();
     let right_payloads: Vec<usize> = (0..right.columns.len())
         .filter(|&i| Some(i) != dropped)
@@ -119,65 +120,91 @@ pub(crate) fn join_in_chunks<B: JoinBackend, K: Key>(
         }
         _ => return Ok(None),
     };
-    let (left_side, right_side) = (
-        Side::new(left, left_key, &left_payloads),
-        Side::new(right, right_key, &right_payloads),
+    let fields = output_fields(
+        &Side::new(left, left_key, &left_payloads),
+        &Side::new(right, right_key, &right_payloads),
     );
-    let (build, probe) = if build_is_left {
-        (&left_side, &right_side)
-    } else {
-        (&right_side, &left_side)
-    };
-    let fields = output_fields(&left_side, &right_side);
-    let probe_opts = opts.algorithm(Algorithm::PhjOm);
-    let build_table = Table::new(
-        b.upload(build.keys::<K>())?,
-        upload_columns(b, build, 0..build.rows())?,
-    )?;
-    let partitioned = PartitionedProbe::build(b, &build_table, &probe_opts)?;
-    let mut stats = partitioned.build_stats().clone();
-    let (mut sink, mut write_ms, mut chunks) = (None, 0.0, 0);
-    let probe_keys = probe.keys::<K>();
-    for start in (0..probe.rows()).step_by(chunk_rows) {
-        let end = probe.rows().min(start + chunk_rows);
-        let chunk = Table::new(
-            b.upload(&probe_keys[start..end])?,
-            upload_columns(b, probe, start..end)?,
-        )?;
-        let (out, st) = partitioned.probe_columns(&chunk)?;
-        drop(chunk);
-        add_chunk(&mut stats, &st);
-        // The output's order: the left file's columns, then the right file's.
-        let (probe_cols, build_cols) = (out.left, out.right);
-        let (left_cols, right_cols) = if build_is_left {
-            (build_cols, probe_cols)
+    // The build side's columns move into the join (the CPU keeps them as they are): its file's
+    // columns are not read again. Its key is copied where it is an output column too.
+    let build_table = {
+        let (t, key, payloads) = if build_is_left {
+            (&mut *left, left_key, &left_payloads)
         } else {
-            (probe_cols, build_cols)
+            (&mut *right, right_key, &right_payloads)
         };
-        let columns = (left_cols.into_iter().chain(right_cols))
-            .zip(&fields)
-            .map(|(c, f)| {
-                let host = map_column!(c, c, T => b.download_owned::<T>(c)?);
-                Ok(files::to_arrow(signed_as(host, f.data_type()), None))
+        let keys = if payloads.contains(&key) {
+            b.upload(Side::new(t, key, payloads).keys::<K>())?
+        } else {
+            b.upload_owned(take_keys::<K>(t, key))?
+        };
+        let columns = payloads
+            .iter()
+            .map(|&i| {
+                let c = std::mem::replace(&mut t.columns[i], Column::U32(Vec::new()));
+                Ok(match c.width() {
+                    4 => Column::U32(b.upload_owned(each_column!(c, v => cast_vec(v)))?),
+                    _ => Column::U64(b.upload_owned(each_column!(c, v => cast_vec(v)))?),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        let written = Instant::now();
-        let sink = match &mut sink {
-            Some(s) => s,
-            None => sink.insert(Sink::create(path, format, fields.clone(), &columns)?),
-        };
-        sink.write(columns)?;
-        write_ms += ms(written);
-        chunks += 1;
-    }
+        Table::new(keys, columns)?
+    };
+    let probe = if build_is_left {
+        Side::new(right, right_key, &right_payloads)
+    } else {
+        Side::new(left, left_key, &left_payloads)
+    };
+    let partitioned = PartitionedProbe::build(b, &build_table, &opts.algorithm(Algorithm::PhjOm))?;
+    let mut stats = partitioned.build_stats().clone();
+    let (mut sink, mut write_ms, mut chunks) = (None, 0.0, 0);
+    let probed = (|| -> Result<()> {
+        let probe_keys = probe.keys::<K>();
+        for start in (0..probe.rows()).step_by(chunk_rows) {
+            let end = probe.rows().min(start + chunk_rows);
+            let chunk = Table::new(
+                b.upload(&probe_keys[start..end])?,
+                upload_columns(b, &probe, start..end)?,
+            )?;
+            let (out, st) = partitioned.probe_columns(&chunk)?;
+            drop(chunk);
+            add_chunk(&mut stats, &st);
+            // The output's order: the left file's columns, then the right file's.
+            let (probe_cols, build_cols) = (out.left, out.right);
+            let (left_cols, right_cols) = if build_is_left {
+                (build_cols, probe_cols)
+            } else {
+                (probe_cols, build_cols)
+            };
+            let columns = (left_cols.into_iter().chain(right_cols))
+                .zip(&fields)
+                .map(|(c, f)| {
+                    let host = map_column!(c, c, T => b.download_owned::<T>(c)?);
+                    Ok(files::to_arrow(signed_as(host, f.data_type()), None))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let written = Instant::now();
+            let sink = match &mut sink {
+                Some(s) => s,
+                None => sink.insert(Sink::create(path, format, fields.clone(), &columns)?),
+            };
+            sink.write(columns)?;
+            write_ms += ms(written);
+            chunks += 1;
+        }
+        Ok(())
+    })();
     let written = Instant::now();
-    if let Some(s) = sink {
-        s.finish()?;
+    let finished = probed.and_then(|()| sink.take().map_or(Ok(()), Sink::finish));
+    if let Err(e) = finished {
+        // No half-written output: the file the first chunk created goes.
+        drop(sink);
+        let _ = std::fs::remove_file(path);
+        return Err(e);
     }
     write_ms += ms(written);
     let join_ms = ms(started) - write_ms;
     stats.algorithm = Algorithm::PhjOm;
-    (stats.left_rows, stats.right_rows) = (left.rows(), right.rows());
+    (stats.left_rows, stats.right_rows) = rows;
     (stats.sampled, stats.reason) = (sampled, reason);
     Ok(Some(Written {
         fields,
@@ -268,7 +295,7 @@ fn auto_choice<B: JoinBackend, K: Key>(
 }
 
 /// Column `key` of `t` as keys of `K`, taken out of the table: its bits, without a copy (the
-/// key type follows the column's width). [`put_keys`] puts it back.
+/// key type follows the column's width). [`put_keys`] puts it back where it is needed again.
 fn take_keys<K: Key>(t: &mut HostTable, key: usize) -> Vec<K> {
     let column = std::mem::replace(&mut t.columns[key], Column::U32(Vec::new()));
     each_column!(column, v => cast_vec(v))
