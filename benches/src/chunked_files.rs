@@ -30,6 +30,7 @@ use joinkit_cuda::{
 
 use crate::error::Result;
 use crate::files::{self, Format, HostTable, Sink};
+use crate::measure::ms;
 
 /// What a join written chunk by chunk did.
 pub(crate) struct Written {
@@ -66,9 +67,16 @@ impl<'t> Side<'t> {
     }
 
     /// The key column's values as keys of `K` (the key type follows the column's width).
-    fn keys<K: Key>(&self) -> &[K] {
-        each_column!(&self.table.columns[self.key], c => bit_cast_slice(c.as_slice()))
-            .unwrap_or(&[])
+    ///
+    /// # Errors
+    /// [`joinkit_cuda::Error::Corrupt`] for a key column of another width than `K`.
+    fn keys<K: Key>(&self) -> Result<&[K]> {
+        each_column!(&self.table.columns[self.key], c => bit_cast_slice(c.as_slice())).ok_or_else(
+            || {
+                joinkit_cuda::Error::Corrupt("a key column of another width than the keys".into())
+                    .into()
+            },
+        )
     }
 }
 
@@ -133,7 +141,7 @@ pub(crate) fn join_in_chunks<B: JoinBackend, K: Key>(
             (&mut *right, right_key, &right_payloads)
         };
         let keys = if payloads.contains(&key) {
-            b.upload(Side::new(t, key, payloads).keys::<K>())?
+            b.upload(Side::new(t, key, payloads).keys::<K>()?)?
         } else {
             b.upload_owned(take_keys::<K>(t, key))?
         };
@@ -158,7 +166,7 @@ pub(crate) fn join_in_chunks<B: JoinBackend, K: Key>(
     let mut stats = partitioned.build_stats().clone();
     let (mut sink, mut write_ms, mut chunks) = (None, 0.0, 0);
     let probed = (|| -> Result<()> {
-        let probe_keys = probe.keys::<K>();
+        let probe_keys = probe.keys::<K>()?;
         for start in (0..probe.rows()).step_by(chunk_rows) {
             let end = probe.rows().min(start + chunk_rows);
             let chunk = Table::new(
@@ -167,7 +175,7 @@ pub(crate) fn join_in_chunks<B: JoinBackend, K: Key>(
             )?;
             let (out, st) = partitioned.probe_columns(&chunk)?;
             drop(chunk);
-            add_chunk(&mut stats, &st);
+            stats.absorb(&st);
             // The output's order: the left file's columns, then the right file's.
             let (probe_cols, build_cols) = (out.left, out.right);
             let (left_cols, right_cols) = if build_is_left {
@@ -345,23 +353,4 @@ fn signed_as(c: Column<CpuBackend>, ty: &DataType) -> Column<CpuBackend> {
         (Column::U64(v), DataType::Int64) => Column::I64(cast_vec(v)),
         (c, _) => c,
     }
-}
-
-/// Adds a chunk's probe to the join's statistics: its phases onto those of the same name, its
-/// output rows, the most memory held.
-fn add_chunk(stats: &mut JoinStats, chunk: &JoinStats) {
-    for &(name, ms) in &chunk.phases {
-        match stats.phases.iter_mut().find(|p| p.0 == name) {
-            Some(p) => p.1 += ms,
-            None => stats.phases.push((name, ms)),
-        }
-    }
-    stats.output_rows += chunk.output_rows;
-    stats.peak_memory_bytes = stats.peak_memory_bytes.max(chunk.peak_memory_bytes);
-    stats.narrowed_keys |= chunk.narrowed_keys;
-}
-
-/// Milliseconds since `t`.
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }

@@ -43,7 +43,7 @@ use rayon::prelude::*;
 use crate::chunked_files::join_in_chunks;
 use crate::error::{BenchError, Result};
 use crate::files::{self, Codec, Format, HostTable};
-use crate::measure::{self, Ctx, KeyBits, Runs, parse_columns, parse_scale_factor, parse_size};
+use crate::measure::{self, Ctx, KeyBits, Runs, ms, parse_columns, parse_scale_factor, parse_size};
 use crate::opening::Opening;
 use crate::plot::PlotSpec;
 use crate::report::Row;
@@ -544,11 +544,6 @@ fn join_files(
 /// docs/results/files.md.
 fn cpu_chunk_rows() -> usize {
     files::GROUP_ROWS * 8 * rayon::current_num_threads()
-}
-
-/// Milliseconds since `t`.
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// The output columns of a join of files: names, types, values.

@@ -276,6 +276,11 @@ pub(crate) fn parse_scale_factor_up_to(s: &str, max: f64) -> std::result::Result
     }
 }
 
+/// Milliseconds since `t` (the wall clock: a command's steps, not device work).
+pub(crate) fn ms(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

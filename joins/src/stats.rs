@@ -33,6 +33,22 @@ pub struct JoinStats {
 }
 
 impl JoinStats {
+    /// Adds a later piece of the same join (a chunk of left rows probed against the same right
+    /// side): its phases onto those of the same name, its left and output rows, the most
+    /// memory either held, whether it narrowed keys.
+    pub fn absorb(&mut self, piece: &JoinStats) {
+        for &(name, ms) in &piece.phases {
+            match self.phases.iter_mut().find(|p| p.0 == name) {
+                Some(p) => p.1 += ms,
+                None => self.phases.push((name, ms)),
+            }
+        }
+        self.left_rows += piece.left_rows;
+        self.output_rows += piece.output_rows;
+        self.peak_memory_bytes = self.peak_memory_bytes.max(piece.peak_memory_bytes);
+        self.narrowed_keys |= piece.narrowed_keys;
+    }
+
     /// Sum of the phase times.
     pub fn total_ms(&self) -> f64 {
         self.phases.iter().map(|p| p.1).sum()
@@ -76,5 +92,43 @@ impl fmt::Display for JoinStats {
             write!(f, ", peak {:.1} MiB", peak as f64 / (1 << 20) as f64)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(left_rows: usize, phases: Vec<(&'static str, f64)>, peak: usize) -> JoinStats {
+        JoinStats {
+            algorithm: Algorithm::PhjOm,
+            kind: JoinKind::Inner,
+            left_rows,
+            right_rows: 100,
+            output_rows: 2 * left_rows as u64,
+            phases,
+            peak_memory_bytes: Some(peak),
+            sampled: None,
+            reason: None,
+            narrowed_keys: false,
+        }
+    }
+
+    /// A build and two probed chunks: phases summed by name in first-seen order, left and
+    /// output rows added, the right side counted once, the most memory kept.
+    #[test]
+    fn absorbed_pieces_add_up() {
+        let mut all = piece(0, vec![("transform", 1.0)], 30);
+        all.absorb(&piece(10, vec![("transform", 0.5), ("match", 2.0)], 50));
+        let mut last = piece(6, vec![("match", 1.0)], 40);
+        last.narrowed_keys = true;
+        all.absorb(&last);
+        assert_eq!(all.phases, vec![("transform", 1.5), ("match", 3.0)]);
+        assert_eq!(
+            (all.left_rows, all.right_rows, all.output_rows),
+            (16, 100, 32)
+        );
+        assert_eq!(all.peak_memory_bytes, Some(50));
+        assert!(all.narrowed_keys);
     }
 }

@@ -196,16 +196,10 @@ fn ms_since(start: Instant) -> f64 {
 
 /// `s`'s figures added to `acc`'s (left rows, output rows, phase times; the most memory).
 pub(crate) fn add_stats(acc: &mut Option<JoinStats>, s: JoinStats) {
-    let Some(a) = acc else {
-        *acc = Some(s);
-        return;
-    };
-    a.left_rows += s.left_rows;
-    a.output_rows += s.output_rows;
-    for (name, ms) in s.phases {
-        add_phase(&mut a.phases, name, ms);
+    match acc {
+        Some(a) => a.absorb(&s),
+        None => *acc = Some(s),
     }
-    a.peak_memory_bytes = a.peak_memory_bytes.max(s.peak_memory_bytes);
 }
 
 /// Right sides from which [`Algorithm::Auto`] probes chunks against a partitioned right side
