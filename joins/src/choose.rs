@@ -20,10 +20,11 @@
 //!   one. SMJ-OM from `log2(rows) - 16` rows a key (the sort's cost grows with the size): 6
 //!   at 2^22, 8 at 2^24, 10 at 2^26 (PHJ-OM 13.4 against SMJ-OM 15.0 ms at 8, SMJ-OM 17.0
 //!   against 20.8 at 12); on a small right side (at most 2^20 rows) NPHJ-chained below `12
-//!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there; on the CPU,
-//!   left outer joins on at most 16384 right rows a thread run NPHJ-chained below 32 rows a
-//!   key and SMJ-OM from there, on more SMJ-OM from 12 rows a key whatever the pairs
-//!   ([`ChoiceParams::outer_merge_from`]);
+//!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there; on a CPU of
+//!   `t` threads inner and left outer joins on at most `1024 t²` right rows (at most 16384 a
+//!   thread) run NPHJ-chained below 3 × 2^16 output pairs a thread and SMJ-OM from there
+//!   ([`ChoiceParams::small_side`]); on more rows left outer joins run SMJ-OM from 12 rows a
+//!   key whatever the pairs and inner joins from 24 rows a key and 2^23 pairs;
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -70,9 +71,21 @@ use crate::{Algorithm, JoinKind, JoinOptions};
 /// Rows [`sample_stats`] takes from the left side (fewer when it is shorter).
 pub const SAMPLE_ROWS: usize = 1 << 12;
 
-/// Right rows a CPU thread up to which a left outer join counts as small
-/// ([`ChoiceParams::small_outer_side`]).
-const SMALL_OUTER_RIGHT_ROWS_PER_THREAD: usize = 1 << 14;
+/// Right rows up to which an inner or left outer join counts as small on a CPU pool of `t`
+/// threads ([`ChoiceParams::small_side`]): `1024 t²`, at most 16384 a thread. Measured on the
+/// H200 host's CPU (twelfth session, |R| = |S|, 4 … 128 rows a key): NPHJ-chained led PHJ-OM
+/// on 2^14 rows at 4 threads but not on 2^16 (inner, 4 a key: 4.53 ms against 3.17), on 2^16
+/// at 8 threads (2.60 against 2.96), on 2^18 at 16 threads but not on 2^19; PHJ-OM's partition
+/// passes cost each thread more the more threads share them. On the 2-core machine PHJ-OM led
+/// or tied on 2^14 and 2^15 rows (4096 here).
+fn small_side_rows(threads: usize) -> usize {
+    (threads * threads * 1024).min(threads * 16384)
+}
+
+/// Output pairs a CPU thread from which a small side's inner or left outer join runs SMJ-OM:
+/// between the 2^17 and 2^18 measured, since the sampled rows a key are off by up to a fifth
+/// (2^16 rows of 64 a key sampled at 63.1 fell under 2^18 pairs a thread).
+const SMALL_SIDE_MERGE_PAIRS_PER_THREAD: usize = 3 << 16;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -196,16 +209,15 @@ pub struct ChoiceParams {
     pub few_keys_join: Algorithm,
     /// Left outer joins with duplicate right keys run SMJ-OM from this many right rows a key
     /// whatever their pairs (the CPU); infinite where [`ChoiceParams::merge`] decides for every
-    /// kind (the GPU). On a small right side [`ChoiceParams::small_outer_merge_rows_per_key`]
-    /// instead.
+    /// kind (the GPU). Not on a [`ChoiceParams::small_side`].
     pub outer_merge_rows_per_key: f64,
-    /// Left outer joins with duplicate right keys and a right side of at most this many rows
-    /// ([`ChoiceParams::small_outer_side`]) run NPHJ-chained below
-    /// [`ChoiceParams::small_outer_merge_rows_per_key`] rows a key. 0: none (the GPU, whose
-    /// small right sides [`ChoiceParams::chained_max_right_rows`] covers for every kind).
-    pub small_outer_max_right_rows: usize,
-    /// Right rows a key from which such a small left outer join runs SMJ-OM.
-    pub small_outer_merge_rows_per_key: f64,
+    /// Inner and left outer joins with duplicate right keys and a right side of at most this
+    /// many rows ([`ChoiceParams::small_side`]) run NPHJ-chained below
+    /// [`ChoiceParams::small_side_merge_pairs`] output pairs, SMJ-OM from there. 0: none (the
+    /// GPU, whose small right sides [`ChoiceParams::chained_max_right_rows`] covers).
+    pub small_side_max_right_rows: usize,
+    /// Output pairs (left rows × right rows a key) from which such a small side runs SMJ-OM.
+    pub small_side_merge_pairs: f64,
 }
 
 impl ChoiceParams {
@@ -233,9 +245,13 @@ impl ChoiceParams {
                 // host), 2^16 rows of 256: SMJ-OM 65 and 104 ms (inner, outer) against PHJ-OM's
                 // 119 and 200, which a threshold at 2^24 pairs missed by a sampled rows-a-key
                 // estimate just under 256: the threshold sits at 2^23, between both machines'
-                // crossovers.
+                // crossovers. Rows a key (twelfth session, 16 cores, inner, two runs): 2^19 and
+                // 2^20 rows of 32 a key SMJ-OM 28.6-31.8 and 55.7-62.5 ms against PHJ-OM's
+                // 53.1-54.2 and 97.2-113, which a threshold at 32 missed on a sample of 31.x;
+                // of 16 SMJ-OM 22.0-24.9 against 30.2-31.3 and level at 2^20; 2 cores, 2^20 of
+                // 16: PHJ-OM (above): 24, between.
                 MergeRule::RowsPerKeyFromPairs {
-                    rows_per_key: 32.0,
+                    rows_per_key: 24.0,
                     min_pairs: (1u64 << 23) as f64,
                 }
             },
@@ -264,30 +280,30 @@ impl ChoiceParams {
             // with PHJ-OM (16 cores, 2^18: 5.82 ms against NPHJ-chained's 7.99). Thresholds
             // between the measured rows a key: the sampled estimate is off by up to a fifth.
             outer_merge_rows_per_key: if gpu { f64::INFINITY } else { 12.0 },
-            small_outer_max_right_rows: if gpu {
+            // Small sides (twelfth session, the H200 host's 16 cores, |R| = |S| = 2^16 … 2^18,
+            // 2 … 128 rows a key, two runs): NPHJ-chained leads PHJ-OM in inner joins by
+            // 1.1-2.5× from 4 rows a key (2^16 of 32: 6.4-7.5 ms against 12.8-15.0), SMJ-OM
+            // leads from 2^22 pairs (2^16 of 64, 2^17 of 32, 2^18 of 16: 7.4-9.5, 9.7-10.4,
+            // 13.7-16.7 ms against NPHJ-chained's 9.6-10.9, 11.1-11.5, 16.5-18.1; the threshold
+            // sits below, at 3 × 2^16 a thread), and left outer joins cross over alike. A
+            // thread's few thousand rows cost PHJ-OM more in its per-thread partition passes
+            // than the table's cache misses cost NPHJ-chained; the fewer the threads, the
+            // smaller the side where that holds ([`small_side_rows`]).
+            small_side_max_right_rows: if gpu {
                 0
             } else {
-                SMALL_OUTER_RIGHT_ROWS_PER_THREAD * rayon::current_num_threads()
+                small_side_rows(rayon::current_num_threads())
             },
-            small_outer_merge_rows_per_key: 32.0,
+            small_side_merge_pairs: (SMALL_SIDE_MERGE_PAIRS_PER_THREAD
+                * rayon::current_num_threads()) as f64,
         }
     }
 
-    /// Whether a left outer join with duplicate right keys and a right side of `right_rows`
-    /// rows runs NPHJ-chained below [`ChoiceParams::small_outer_merge_rows_per_key`] rows a key
-    /// ([`ChoiceParams::small_outer_max_right_rows`]).
-    pub fn small_outer_side(&self, right_rows: usize) -> bool {
-        right_rows <= self.small_outer_max_right_rows
-    }
-
-    /// Right rows a key from which a left outer join with duplicate right keys and a right
-    /// side of `right_rows` rows runs SMJ-OM whatever its pairs.
-    pub fn outer_merge_from(&self, right_rows: usize) -> f64 {
-        if self.small_outer_side(right_rows) {
-            self.small_outer_merge_rows_per_key
-        } else {
-            self.outer_merge_rows_per_key
-        }
+    /// Whether an inner or left outer join with duplicate right keys and a right side of
+    /// `right_rows` rows runs NPHJ-chained below [`ChoiceParams::small_side_merge_pairs`]
+    /// output pairs and SMJ-OM from there ([`ChoiceParams::small_side_max_right_rows`]).
+    pub fn small_side(&self, right_rows: usize) -> bool {
+        right_rows <= self.small_side_max_right_rows
     }
 
     /// Whether the tree looks at the match ratio for output rows of `payload_bytes` (both
@@ -373,13 +389,15 @@ pub fn choose(
     // Right keys not promised unique were sampled for their rows per key.
     if let Some(per_key) = stats.right_rows_per_key {
         let duplicated = per_key >= params.duplicated_rows_per_key;
-        if duplicated && kind == JoinKind::LeftOuter {
-            if per_key >= params.outer_merge_from(stats.right_rows) {
-                return (Algorithm::SmjOm, Why::ManyRowsPerKey);
-            }
-            if params.small_outer_side(stats.right_rows) {
-                return (Algorithm::NphjChained, Why::SmallRightSide);
-            }
+        if duplicated && kind.has_right_rows() && params.small_side(stats.right_rows) {
+            return if stats.left_rows as f64 * per_key >= params.small_side_merge_pairs {
+                (Algorithm::SmjOm, Why::ManyRowsPerKey)
+            } else {
+                (Algorithm::NphjChained, Why::SmallRightSide)
+            };
+        }
+        if duplicated && kind == JoinKind::LeftOuter && per_key >= params.outer_merge_rows_per_key {
+            return (Algorithm::SmjOm, Why::ManyRowsPerKey);
         }
         if params.chained_or_merge(kind, stats.right_rows) {
             return if per_key < params.chained_merge_threshold(stats.right_rows) {
@@ -668,8 +686,8 @@ mod tests {
             chained_max_distinct_keys: 1 << 20,
             few_keys_join: Algorithm::NphjChained,
             outer_merge_rows_per_key: f64::INFINITY,
-            small_outer_max_right_rows: 0,
-            small_outer_merge_rows_per_key: 32.0,
+            small_side_max_right_rows: 0,
+            small_side_merge_pairs: f64::INFINITY,
         }
     }
 
@@ -820,41 +838,61 @@ mod tests {
             choose(&promised(1 << 21), Inner, &p),
             (NphjOpen, Why::CachedTable)
         );
-        // The CPU merges from 32 rows a key and 2^23 pairs; semi and anti joins take
-        // NPHJ-open's key-set table from few distinct keys.
+        // The CPU: semi and anti joins take NPHJ-open's key-set table from few distinct keys;
+        // its thresholds without a small side (more right rows than it), then on 16 threads.
         let cpu = ChoiceParams::for_backend(&CpuBackend::new());
         assert_eq!(cpu.chained_max_right_rows, 0);
-        assert_eq!(choose(&mn(1 << 16, 64.0), Inner, &cpu).0, Algorithm::PhjOm);
+        let threads = rayon::current_num_threads();
+        assert_eq!(cpu.small_side_max_right_rows, small_side_rows(threads));
         assert_eq!(
-            choose(&mn(1 << 16, 256.0), LeftOuter, &cpu).0,
-            Algorithm::SmjOm
+            [2, 4, 8, 16, 32].map(small_side_rows),
+            [1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 19]
         );
-        assert_eq!(choose(&mn(1 << 20, 64.0), Inner, &cpu).0, Algorithm::SmjOm);
-        assert_eq!(choose(&mn(1 << 20, 16.0), Inner, &cpu).0, Algorithm::PhjOm);
-        // Left outer joins with duplicate right keys on the CPU: on at most 16384 right rows a
-        // thread NPHJ-chained below 32 rows a key and SMJ-OM from there; on more, SMJ-OM from
-        // 12 rows a key whatever the pairs.
         assert_eq!(
-            cpu.small_outer_max_right_rows,
-            16384 * rayon::current_num_threads()
+            cpu.small_side_merge_pairs,
+            ((3usize << 16) * threads) as f64
         );
-        let cpu = ChoiceParams {
-            small_outer_max_right_rows: 1 << 16,
+        let few = ChoiceParams {
+            small_side_max_right_rows: 0,
             ..cpu
         };
-        let small_outer = [
-            (1 << 16, 1.0, LeftOuter, PhjOm, Why::Partitioned),
-            (1 << 16, 2.0, LeftOuter, NphjChained, Why::SmallRightSide),
-            (1 << 16, 16.0, LeftOuter, NphjChained, Why::SmallRightSide),
-            (1 << 16, 32.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+        // Inner joins merge from 24 rows a key and 2^23 pairs, left outer joins from 12 rows a
+        // key whatever the pairs, PHJ-OM below.
+        let few_threads = [
+            (1 << 16, 64.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 20, 24.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 20, 23.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 16, 256.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 12, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 17, 8.0, LeftOuter, PhjOm, Why::Partitioned),
-            (1 << 17, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 12, 32.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
-        expect(&small_outer, &cpu);
+        expect(&few_threads, &few);
+        // 16 threads: up to 2^18 right rows NPHJ-chained below 3 × 2^20 pairs, SMJ-OM from
+        // there; above, as with few threads.
+        let many = ChoiceParams {
+            small_side_max_right_rows: 1 << 18,
+            small_side_merge_pairs: (3u64 << 20) as f64,
+            ..cpu
+        };
+        let many_threads = [
+            (1 << 16, 1.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 16, 2.0, LeftOuter, NphjChained, Why::SmallRightSide),
+            (1 << 16, 4.0, Inner, NphjChained, Why::SmallRightSide),
+            (1 << 16, 32.0, Inner, NphjChained, Why::SmallRightSide),
+            (1 << 16, 48.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 17, 16.0, LeftOuter, NphjChained, Why::SmallRightSide),
+            (1 << 17, 32.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 18, 8.0, Inner, NphjChained, Why::SmallRightSide),
+            (1 << 18, 16.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 19, 8.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 19, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 19, 16.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 19, 24.0, Inner, SmjOm, Why::ManyRowsPerKey),
+        ];
+        expect(&many_threads, &many);
         // Promised unique: PHJ-OM.
-        assert_eq!(choose(&promised(1 << 16), LeftOuter, &cpu).0, PhjOm);
+        assert_eq!(choose(&promised(1 << 16), LeftOuter, &many).0, PhjOm);
         assert_eq!(
             choose(&mn(1 << 16, 64.0), LeftSemi, &cpu).0,
             Algorithm::NphjOpen
@@ -862,6 +900,30 @@ mod tests {
         assert_eq!(
             choose(&mn(1 << 16, 4.0), LeftSemi, &cpu).0,
             Algorithm::PhjOm
+        );
+    }
+
+    #[test]
+    fn both_sides_skewed_merge_beyond_a_small_side() {
+        let cpu = ChoiceParams {
+            small_side_max_right_rows: 1 << 16,
+            ..ChoiceParams::for_backend(&CpuBackend::new())
+        };
+        // One key with a quarter of each side's rows, 16 rows a key as the right rows see
+        // them: below the rows a key that merge.
+        let skewed = |right_rows| JoinInputStats {
+            left_top_key_share: 0.25,
+            right_top_key_share: 0.25,
+            right_rows_per_key: Some(16.0),
+            ..stats(right_rows, 4, 1.0)
+        };
+        assert_eq!(
+            choose(&skewed(1 << 10), JoinKind::Inner, &cpu),
+            (Algorithm::NphjChained, ChoiceReason::SmallRightSide)
+        );
+        assert_eq!(
+            choose(&skewed(1 << 20), JoinKind::Inner, &cpu),
+            (Algorithm::SmjOm, ChoiceReason::SkewedSides)
         );
     }
 
