@@ -173,10 +173,7 @@ impl<'b, B: Backend> Phases<'b, B> {
         work: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
         let (r, ms) = self.backend.timed(work)?;
-        match self.phases.iter_mut().find(|p| p.0 == name) {
-            Some(p) => p.1 += ms,
-            None => self.phases.push((name, ms)),
-        }
+        crate::add_phase(&mut self.phases, name, ms);
         Ok(r)
     }
 }

@@ -90,7 +90,7 @@ pub use sequence::{
     SequenceStep, join_sequence,
 };
 pub use spec::{Algorithm, JoinKind, JoinOptions, NULL_ROW};
-pub use stats::JoinStats;
+pub use stats::{JoinStats, add_phase};
 pub use stream::{
     ColumnType, HostColumn, HostColumnMut, HostTableSource, Lane, OutputChunk, ProbeSource, Span,
     StreamOptions, StreamStats, StreamedJoin, join_streamed,

@@ -32,16 +32,22 @@ pub struct JoinStats {
     pub narrowed_keys: bool,
 }
 
+/// Adds `ms` to phase `name` of `phases`, appended the first time: how a join's phases, its
+/// pieces' and a distributed join's steps add up.
+pub fn add_phase(phases: &mut Vec<(&'static str, f64)>, name: &'static str, ms: f64) {
+    match phases.iter_mut().find(|p| p.0 == name) {
+        Some(p) => p.1 += ms,
+        None => phases.push((name, ms)),
+    }
+}
+
 impl JoinStats {
     /// Adds a later piece of the same join (a chunk of left rows probed against the same right
     /// side): its phases onto those of the same name, its left and output rows, the most
     /// memory either held, whether it narrowed keys.
     pub fn absorb(&mut self, piece: &JoinStats) {
         for &(name, ms) in &piece.phases {
-            match self.phases.iter_mut().find(|p| p.0 == name) {
-                Some(p) => p.1 += ms,
-                None => self.phases.push((name, ms)),
-            }
+            add_phase(&mut self.phases, name, ms);
         }
         self.left_rows += piece.left_rows;
         self.output_rows += piece.output_rows;

@@ -3,16 +3,14 @@
 
 use joinkit::{
     CoPartitionJoin, JoinBackend, JoinOptions, JoinStats, Materialized, PartitionedProbe, Table,
-    check_rows, join_columns,
+    add_phase, check_rows, join_columns,
 };
 use joinkit_codec::Codec;
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
 use joinkit_partition::HashPartition;
 
-use crate::pipeline::{
-    Clock, Piped, Pipeline, SideStream, add_phase, add_stats, probes_partitioned,
-};
+use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_stats, probes_partitioned};
 use crate::shuffle::{TwoLevel, partition, row_bytes, settle, settle_gather, shuffle_side};
 use crate::skew::{heavy_keys, split_heavy};
 use crate::stats::Span;

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use joinkit::{
     Algorithm, JoinBackend, JoinOptions, JoinStats, Materialized, PartitionedProbe, ProbeTable,
-    Table, join_columns,
+    Table, add_phase, join_columns,
 };
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error, Key, Result};
@@ -134,14 +134,6 @@ impl SideStream for joinkit_cuda::CudaBackend {
 /// Stack of the probe lane's thread: what an in-process rank's thread gets (the local joins'
 /// recursion stays well inside).
 const PROBE_STACK_BYTES: usize = 16 << 20;
-
-/// Adds `ms` to phase `name` of `phases` (appended the first time).
-pub(crate) fn add_phase(phases: &mut Vec<(&'static str, f64)>, name: &'static str, ms: f64) {
-    match phases.iter_mut().find(|p| p.0 == name) {
-        Some(p) => p.1 += ms,
-        None => phases.push((name, ms)),
-    }
-}
 
 /// A join's phases (the backend's timing) and its timeline (the wall clock since it began).
 pub(crate) struct Clock {
