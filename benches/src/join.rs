@@ -470,6 +470,12 @@ fn join_files(
     let (left_rows, right_rows) = (left.rows(), right.rows());
     // The right key is the join's key only, not a payload, unless asked for.
     let right_key = (!keep_both_keys).then_some(ri);
+    let steps = || {
+        Row::new("join")
+            .with("left rows", left_rows)
+            .with("right rows", right_rows)
+            .with("read ms", read_ms)
+    };
     let on_cpu = with_backend!(device, b => b.kind()) == DeviceKind::Cpu;
     let chunk_rows = chunk_rows.unwrap_or(if on_cpu { cpu_chunk_rows() } else { 0 });
     if let Some((path, format)) = out {
@@ -480,26 +486,13 @@ fn join_files(
             with_backend!(device, b => join_in_chunks::<_, u64>(b, l, r, opts, chunk_rows, (path, format)))?
         };
         if let Some(w) = written {
-            let names: Vec<&str> = w.fields.iter().map(|f| f.name().as_str()).collect();
-            ctx.report.note(format!(
-                "wrote {}: {} rows, columns {}, joined and written in {} chunks",
-                path.display(),
-                w.stats.output_rows,
-                names.join(", "),
-                w.chunks
-            ));
-            ctx.report.row(with_stats(
-                Row::new("join")
-                    .with("left rows", left_rows)
-                    .with("right rows", right_rows)
-                    .with("read ms", read_ms)
-                    .with("join step ms", w.join_ms)
-                    .with("write ms", w.write_ms)
-                    .detail("device wait ms", device_wait_ms)
-                    .detail("chunks", w.chunks),
-                opts.algorithm,
-                &w.stats,
-            ));
+            let row = steps()
+                .with("join step ms", w.join_ms)
+                .with("write ms", w.write_ms)
+                .detail("device wait ms", device_wait_ms)
+                .detail("chunks", w.chunks);
+            let chunks = format!(", joined and written in {} chunks", w.chunks);
+            report_file_join(ctx, (&w.fields, &w.stats), Some(path), &chunks, row, opts);
             return Ok(());
         }
     }
@@ -511,28 +504,40 @@ fn join_files(
     };
     // The join's own phases and around them the keys' conversion and the output's arrays.
     let join_step_ms = ms(joined);
-    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-    let mut note = format!("{} rows, columns {}", st.output_rows, names.join(", "));
     let written = Instant::now();
     if let Some((path, format)) = out {
-        note = format!("wrote {}: {note}", path.display());
         ctx.report.step(&format!("writing {}", path.display()));
-        files::write(path, format, fields, columns)?;
+        files::write(path, format, fields.clone(), columns)?;
     }
-    let write_ms = out.map(|_| ms(written));
-    ctx.report.note(note);
-    ctx.report.row(with_stats(
-        Row::new("join")
-            .with("left rows", left_rows)
-            .with("right rows", right_rows)
-            .with("read ms", read_ms)
-            .with("join step ms", join_step_ms)
-            .with_opt("write ms", write_ms)
-            .detail("device wait ms", device_wait_ms),
-        opts.algorithm,
-        &st,
-    ));
+    let row = steps()
+        .with("join step ms", join_step_ms)
+        .with_opt("write ms", out.map(|_| ms(written)))
+        .detail("device wait ms", device_wait_ms);
+    report_file_join(ctx, (&fields, &st), out.map(|o| o.0), "", row, opts);
     Ok(())
+}
+
+/// Reports a join of files: a note with the output's rows and columns (`written` where they
+/// went, then `more`), and `row`, its steps, with the join's statistics.
+fn report_file_join(
+    ctx: &mut Ctx,
+    (fields, st): (&[Field], &JoinStats),
+    written: Option<&std::path::Path>,
+    more: &str,
+    row: Row,
+    opts: &JoinOptions,
+) {
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let note = format!(
+        "{} rows, columns {}{more}",
+        st.output_rows,
+        names.join(", ")
+    );
+    ctx.report.note(match written {
+        Some(path) => format!("wrote {}: {note}", path.display()),
+        None => note,
+    });
+    ctx.report.row(with_stats(row, opts.algorithm, st));
 }
 
 /// Rows a chunk of a join of files written as it goes probes on the CPU by default
