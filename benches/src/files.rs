@@ -32,7 +32,7 @@ use arrow_ipc::{root_as_footer, root_as_message};
 use arrow_schema::{DataType, Field, FieldRef, Schema};
 use joinkit_cuda::{Column, CpuBackend, try_zeroed};
 use parquet::arrow::ArrowWriter;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::arrow_writer::{
     ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
 };
@@ -120,7 +120,7 @@ pub(crate) fn read(path: &Path) -> Result<HostTable> {
         .map_err(io)?;
     let file = File::open(path).map_err(io)?;
     if magic.starts_with(b"PAR1") {
-        return read_parquet(path, file);
+        return read_parquet(path, &file);
     }
     if magic != b"ARROW1" {
         return Err(bad(
@@ -318,35 +318,57 @@ where
     Ok(table)
 }
 
-/// Reads a Parquet file: its row groups decoded in parallel, each by its own reader of the
-/// file.
-fn read_parquet(path: &Path, file: File) -> Result<HostTable> {
+/// Reads a Parquet file: its row groups decoded in parallel, all from one read-only mapping
+/// of the file ([`mapped`]) whose footer is parsed once.
+fn read_parquet(path: &Path, file: &File) -> Result<HostTable> {
     let bad = |message: String| BenchError::File {
         path: path.to_path_buf(),
         message,
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| bad(format!("not a readable Parquet file: {e}")))?;
-    let sizes: Vec<usize> = builder
+    let unreadable =
+        |e: parquet::errors::ParquetError| bad(format!("not a readable Parquet file: {e}"));
+    let bytes = mapped(path, file)?;
+    let metadata = ArrowReaderMetadata::load(&bytes, Default::default()).map_err(unreadable)?;
+    let sizes: Vec<usize> = metadata
         .metadata()
         .row_groups()
         .iter()
         .map(|g| usize::try_from(g.num_rows()).unwrap_or(usize::MAX))
         .collect();
-    read_parts(path, builder.schema(), ("row group", &sizes), |g| {
-        let file = File::open(path).map_err(|source| BenchError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| {
-                b.with_row_groups(vec![g])
-                    .with_batch_size(BATCH_ROWS)
-                    .build()
-            })
-            .map_err(|e| bad(format!("not a readable Parquet file: {e}")))?;
+    read_parts(path, metadata.schema(), ("row group", &sizes), |g| {
+        let reader =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), metadata.clone())
+                .with_row_groups(vec![g])
+                .with_batch_size(BATCH_ROWS)
+                .build()
+                .map_err(unreadable)?;
         Ok(reader.map(|b| b.map_err(|e| e.to_string())))
     })
+}
+
+/// The bytes of `file`, mapped read-only where the system allows (a regular file), else read.
+/// Why: the Parquet reader copied every column chunk it decodes into fresh memory, whose pages
+/// the kernel zeroes first; decoding from the page cache's own pages skips both (on the 2-core
+/// machine page zeroing was 42 % of a one-shot join's cycles, docs/results/files.md). A file
+/// truncated by another process while it is read ends the process with `SIGBUS`, as in every
+/// reader of mapped files.
+fn mapped(path: &Path, file: &File) -> Result<bytes::Bytes> {
+    // SAFETY: the mapping is read-only and private to this process; what another process
+    // writes to the file while it is read can change the bytes decoded (a bad file, reported
+    // as one), not this process's memory safety, short of truncation (above).
+    match unsafe { memmap2::Mmap::map(file) } {
+        Ok(map) => Ok(bytes::Bytes::from_owner(map)),
+        Err(_) => {
+            let mut all = Vec::new();
+            (&*file)
+                .read_to_end(&mut all)
+                .map_err(|source| BenchError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            Ok(all.into())
+        }
+    }
 }
 
 /// Reads an Arrow IPC file: its record batches decoded in parallel, each by its own reader of

@@ -287,7 +287,7 @@ impl JoinArgs {
 }
 
 /// Runs `join`: the device is waited for first, but by a join of files, after reading them.
-pub(crate) fn run(device: &Opening, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
+pub(crate) fn run(device: &mut Opening, args: &JoinArgs, ctx: &mut Ctx) -> Result<()> {
     let mut algorithms = args.algorithm.clone();
     if args.gpu_memory.is_none()
         && (args.hybrid_split.is_some() || args.hybrid_partitions.is_some() || args.hybrid_timeline)
@@ -438,7 +438,7 @@ fn with_stats(mut row: Row, requested: Algorithm, st: &JoinStats) -> Row {
 /// Joins two files on their key columns and writes the result (see the module's docs). The
 /// device opens while the files are read.
 fn join_files(
-    device: &Opening,
+    opening: &mut Opening,
     (left, right, on): (&PathBuf, &PathBuf, &str),
     out: Option<(&std::path::Path, Format)>,
     (opts, keep_both_keys, chunk_rows): (&JoinOptions, bool, Option<usize>),
@@ -454,7 +454,7 @@ fn join_files(
     let read_ms = ms(started);
     // What of the device's opening the reading did not cover.
     let waited = Instant::now();
-    let device = ctx.device(device)?;
+    let device = ctx.device(opening)?;
     let device_wait_ms = ms(waited);
     ctx.report.step("joining");
     let (li, ri) = (left.find(lk.trim())?, right.find(rk.trim())?);
@@ -504,6 +504,8 @@ fn join_files(
     };
     // The join's own phases and around them the keys' conversion and the output's arrays.
     let join_step_ms = ms(joined);
+    // The output is on the host: a one-shot command's device closes while it is written.
+    opening.close_early();
     let written = Instant::now();
     if let Some((path, format)) = out {
         ctx.report.step(&format!("writing {}", path.display()));

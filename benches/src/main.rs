@@ -167,7 +167,7 @@ impl Command {
 
     /// Runs the subcommand on `device` (waited for first, but by a join of files, which
     /// reads its files meanwhile).
-    fn run(&self, device: &Opening, ctx: &mut Ctx) -> Result<()> {
+    fn run(&self, device: &mut Opening, ctx: &mut Ctx) -> Result<()> {
         match self {
             Command::Smoke(args) => Ok(smoke::run(ctx.device(device)?, args, ctx)?),
             Command::Gather(args) => Ok(gather::run(ctx.device(device)?, args, ctx)?),
@@ -276,7 +276,7 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
 
     let mut report = Report::new(command.name(), command_line(&argv), runs.len());
     let mut copies = CopyCache::new();
-    let mut run_point = |point: &sweep::Point, c: &Cli, d: &Opening| -> Result<()> {
+    let mut run_point = |point: &sweep::Point, c: &Cli, d: &mut Opening| -> Result<()> {
         report.start_point(&point.label, point.values.clone());
         let mut ctx = Ctx {
             repeat: c.common.repeat,
@@ -292,8 +292,12 @@ fn run(mut argv: Vec<OsString>) -> Result<()> {
     // failure is the error then, whatever the report's files and printing say).
     let failed = runs
         .iter()
-        .zip(on)
-        .try_for_each(|((p, c), i)| run_point(p, c, &devices[i].1))
+        .zip(&on)
+        .enumerate()
+        .try_for_each(|(k, ((p, c), &i))| {
+            devices[i].1.set_last_run(!on[k + 1..].contains(&i));
+            run_point(p, c, &mut devices[i].1)
+        })
         .err();
     let finished = if failed.is_none() || report.has_rows() {
         let axes: Vec<String> = cli.common.sweep.iter().map(|a| a.name.clone()).collect();

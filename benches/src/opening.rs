@@ -15,6 +15,11 @@ pub(crate) struct Opening {
     /// The thread, until [`Opening::get`] has joined it.
     thread: Cell<Option<JoinHandle<Opened>>>,
     opened: OnceCell<Opened>,
+    /// Whether the run now starting is the device's last ([`Opening::close_early`] may then
+    /// close it).
+    last_run: bool,
+    /// The thread closing the device, once [`Opening::close_early`] has started it.
+    closing: Option<JoinHandle<()>>,
 }
 
 impl Opening {
@@ -35,6 +40,36 @@ impl Opening {
         Self {
             thread: Cell::new(thread),
             opened,
+            last_run: false,
+            closing: None,
+        }
+    }
+
+    /// Says whether the run about to start is the last to use this device.
+    pub(crate) fn set_last_run(&mut self, last: bool) {
+        self.last_run = last;
+    }
+
+    /// In the device's last run, once nothing will use it again, closes it on a thread of its
+    /// own while the run goes on (a join of files writes its output meanwhile). Why: a CUDA
+    /// context's teardown took 66–94 ms on the H200 machine, and a process that exits with its
+    /// context open spent 101–157 ms in the driver's exit against 36–66 after that teardown
+    /// (`docs/results/files.md`): closed beside the write, most of it leaves the command's
+    /// wall clock. Elsewhere (a run that is not the last, a device not opened, or its opening
+    /// failed) it does nothing; after it [`Opening::get`] fails. Call it only once every
+    /// buffer of the device is dropped.
+    pub(crate) fn close_early(&mut self) {
+        if !self.last_run || self.closing.is_some() {
+            return;
+        }
+        if let Some(Ok(device)) = self.opened.take() {
+            self.opened = OnceCell::from(Err(Error::NoDevice("the device was closed".into())));
+            self.closing = std::thread::Builder::new()
+                .name("joinkit-device-close".into())
+                // SAFETY: the run's last GPU work is over and its buffers are dropped (the
+                // caller's promise), and this command uses the device through joinkit only.
+                .spawn(move || unsafe { device.close() })
+                .ok();
         }
     }
 
@@ -69,8 +104,12 @@ impl Opening {
     /// buffer cache's allocations freed one by one, the context released) took about 0.05 s of
     /// a 0.6–0.9 s one-shot command on the H200. The driver's own exit handlers still run
     /// (profilers flush there). A device still opening is waited for, as dropping does.
-    pub(crate) fn close_at_exit(self) {
-        if self.opened.get().is_some() {
+    /// A device [`Opening::close_early`] closes is waited for instead: its teardown is over
+    /// by then or nearly.
+    pub(crate) fn close_at_exit(mut self) {
+        if let Some(handle) = self.closing.take() {
+            let _ = handle.join();
+        } else if self.opened.get().is_some() {
             std::mem::forget(self);
         }
     }

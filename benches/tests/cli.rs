@@ -675,6 +675,47 @@ fn file_joins_on_the_gpu() {
     round_trip::<u64>("gpu_i64_semi", i64_keys, SEMI, PARQUET, gpu);
     round_trip::<u32>("gpu_i32_anti", i32_keys, ANTI, PARQUET, gpu);
     chunked_round_trips("gpu_chunks", gpu);
+    swept_file_joins_share_the_device(gpu);
+}
+
+/// A sweep of joins of files on one device: the device a one-shot join closes while it
+/// writes stays open for the points after the first, each of which gives the same answer.
+#[cfg(feature = "cuda")]
+fn swept_file_joins_share_the_device(device: &str) {
+    let d = dir("gpu_swept_files");
+    let (left, right) = inputs(u64_keys);
+    let (lp, rp, out) = (
+        d.join("left.parquet"),
+        d.join("right.parquet"),
+        d.join("out.parquet"),
+    );
+    write_parquet(&lp, &left);
+    write_parquet(&rp, &right);
+    let out_arg = out.to_str().unwrap();
+    let o = join(
+        &d,
+        (&lp, &rp, "k"),
+        &[
+            "--out",
+            out_arg,
+            "--device",
+            device,
+            "--sweep",
+            "algorithm=auto,PHJ-OM,SMJ-UM",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let want = expected::<u64>(&left, &right, JoinKind::Inner, false);
+    assert_eq!(read_rows(&out).1, want);
+    let rows = json_rows(&d, "join");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["out rows"].as_u64(), Some(want.len() as u64), "{row}");
+        assert!(
+            row["device"].as_str().unwrap().starts_with("cuda:"),
+            "{row}"
+        );
+    }
 }
 
 /// The rows a run wrote to `<d>/<stem>.jsonl`.

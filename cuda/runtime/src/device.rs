@@ -47,6 +47,20 @@ impl Device {
         Device::Cpu(CpuBackend::new())
     }
 
+    /// Closes the device now (see `CudaBackend::close`); the CPU has nothing to close.
+    ///
+    /// # Safety
+    /// As `CudaBackend::close`: nothing made from the device outside joinkit's backends is in
+    /// use, and no buffer of this backend outlives the call.
+    pub unsafe fn close(self) {
+        match self {
+            Device::Cpu(_) => {}
+            // SAFETY: the caller's guarantee.
+            #[cfg(feature = "cuda")]
+            Device::Cuda(g) => unsafe { g.close() },
+        }
+    }
+
     /// Opens the device a spec names: `cpu`, `cuda` (device 0) or `cuda:N`.
     ///
     /// # Errors

@@ -39,19 +39,24 @@ macro_rules! kernel_module {
     };
 }
 
+/// The modules loaded so far, by device ordinal and module: each holds its device's context.
 type ModuleCache = Mutex<HashMap<(usize, usize), Arc<CudaModule>>>;
+
+fn loaded() -> std::sync::MutexGuard<'static, HashMap<(usize, usize), Arc<CudaModule>>> {
+    static CACHE: OnceLock<ModuleCache> = OnceLock::new();
+    CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
 
 /// Loads `module` into `ctx`'s device, or returns the copy loaded before.
 pub(super) fn load(
     ctx: &Arc<CudaContext>,
     module: &'static KernelModule,
 ) -> Result<Arc<CudaModule>> {
-    static CACHE: OnceLock<ModuleCache> = OnceLock::new();
     let key = (ctx.ordinal(), module as *const KernelModule as usize);
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut cache = loaded();
     if let Some(m) = cache.get(&key) {
         return Ok(m.clone());
     }
@@ -60,4 +65,11 @@ pub(super) fn load(
         .map_err(|e| driver_error("loading an embedded kernel module", e))?;
     cache.insert(key, loaded.clone());
     Ok(loaded)
+}
+
+/// Forgets the modules loaded into device `ordinal`: backends that fetched kernels from them
+/// keep those, later fetches load them again, and the device's context no longer stays held
+/// by them.
+pub(super) fn forget(ordinal: usize) {
+    loaded().retain(|&(o, _), _| o != ordinal);
 }
