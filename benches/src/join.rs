@@ -793,19 +793,28 @@ fn bench<B: JoinBackend, K: Key>(
     let width = (K::BITS / 8) as f64;
     let output_row = output_row_bytes(args.kind, &left.payloads, &right.payloads) as f64;
     let runs = ctx.runs(10);
-    for &algorithm in algorithms {
-        let mut opts = workload_options(args, algorithm, r_unique);
-        let (chunks, st) = match args.memory_budget {
-            Some(budget) => {
-                opts = opts.memory_budget(budget as u64);
-                let (chunks, st) = median_run(|| chunked(b, &left, &right, &opts), runs)?;
-                (Some(chunks), st)
+    let options: Vec<JoinOptions> = algorithms
+        .iter()
+        .map(|&algorithm| {
+            let opts = workload_options(args, algorithm, r_unique);
+            match args.memory_budget {
+                Some(budget) => opts.memory_budget(budget as u64),
+                None => opts,
             }
-            None => (
-                None,
-                median_run(|| join_columns(b, &left, &right, &opts), runs)?.1,
-            ),
-        };
+        })
+        .collect();
+    // The algorithms' runs take turns (see `median_runs_side_by_side`); a chunked join also
+    // reports its chunks.
+    let measured = measure::median_runs_side_by_side(
+        runs,
+        options.len(),
+        |i| match args.memory_budget {
+            Some(_) => chunked(b, &left, &right, &options[i]).map(|(c, st)| ((), (Some(c), st))),
+            None => join_columns(b, &left, &right, &options[i]).map(|(_, st)| ((), (None, st))),
+        },
+        |(_, st): &(Option<u64>, JoinStats)| st.total_ms(),
+    )?;
+    for (&algorithm, (chunks, st)) in algorithms.iter().zip(measured) {
         // Bytes floor: inputs read once (keys and payloads) plus the output written once (its
         // rows' bytes as the memory budget counts them), over the measured copy bandwidth.
         let inputs = (r.len() + s.len()) as f64 * width * (1 + args.payloads) as f64;

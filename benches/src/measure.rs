@@ -125,6 +125,38 @@ pub(crate) fn median_run<O, S>(
     Ok((out, median))
 }
 
+/// [`median_run`] of `n` measurements side by side, `work(i)` the i-th's run: each warms up as
+/// `runs` says, then the timed runs go round all `n` in turn, so that what drifts over a
+/// sweep (clocks, the host's other load, the allocator's state) weighs on each alike. Why: run
+/// one after another, `Auto` measured last of four trailed its own explicit runs of the same
+/// algorithm by 10–17 % in 5–10 of 66 cells on a 16-core host (docs/results/joins.md). The
+/// statistics of each one's median run, by `total_ms`.
+pub(crate) fn median_runs_side_by_side<O, S>(
+    Runs { warmup, repeat }: Runs,
+    n: usize,
+    mut work: impl FnMut(usize) -> Result<(O, S)>,
+    total_ms: impl Fn(&S) -> f64,
+) -> Result<Vec<S>> {
+    for i in 0..n {
+        for _ in 0..warmup {
+            work(i)?;
+        }
+    }
+    let mut runs: Vec<Vec<S>> = (0..n).map(|_| Vec::with_capacity(repeat)).collect();
+    for _ in 0..repeat.max(1) {
+        for (i, timed) in runs.iter_mut().enumerate() {
+            timed.push(work(i)?.1);
+        }
+    }
+    Ok(runs
+        .into_iter()
+        .map(|mut timed| {
+            timed.sort_by(|a, c| total_ms(a).total_cmp(&total_ms(c)));
+            timed.swap_remove(timed.len() / 2)
+        })
+        .collect())
+}
+
 /// The device-to-device copy bandwidth, counting bytes read plus bytes written, in GB/s: the
 /// denominator of every "fraction of copy bandwidth" joinkit reports.
 pub(crate) fn copy_bandwidth<B: Backend>(

@@ -24,7 +24,9 @@
 //!   `t` threads inner and left outer joins on at most `1024 t²` right rows (at most 16384 a
 //!   thread) run NPHJ-chained below 3 × 2^16 output pairs a thread and SMJ-OM from there
 //!   ([`ChoiceParams::small_side`]); on more rows left outer joins run SMJ-OM from 12 rows a
-//!   key whatever the pairs and inner joins from 24 rows a key and 2^23 pairs;
+//!   key whatever the pairs and inner joins from 10 rows a key and 2^22 pairs on 8 threads
+//!   and more, from 28 rows a key on 4 to 7 threads and from 40 on fewer, with 2^23 pairs
+//!   (`cpu_merge_rule`);
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -80,6 +82,40 @@ pub const SAMPLE_ROWS: usize = 1 << 12;
 /// or tied on 2^14 and 2^15 rows (4096 here).
 fn small_side_rows(threads: usize) -> usize {
     (threads * threads * 1024).min(threads * 16384)
+}
+
+/// When an inner join with duplicate right keys beyond a small side runs SMJ-OM on a CPU pool
+/// of `threads` threads: from fewer rows a key the more threads share the work, since
+/// PHJ-OM's partition passes cost each thread more the more threads share them and the merge
+/// path spreads its runs evenly.
+///
+/// Measured with PHJ-OM and SMJ-OM's runs taking turns (thirteenth session, |R| = |S|, inner,
+/// the H200 host's CPU with `RAYON_NUM_THREADS`, and the 2-core machine), ms PHJ-OM against
+/// SMJ-OM, and the sampled rows a key where they strayed:
+///
+/// - 16 threads: 2^19 rows of 8 a key (sampled 9.25) 21.4 against 22.5, of 12 (11.4) 38.6
+///   against 28.5, of 16 41.9 against 25.9; 2^20 of 8 (6.4) 36.6 against 40.4, of 12 49.3
+///   against 46.5, of 16 (12.6) 49.4 against 46.9, of 24 (23.9) 112 against 50.1;
+/// - 8 threads: 2^19 of 8 25.3 against 39.4, of 12 46.2 against 44.4, of 16 54.2 against
+///   46.9; 2^20 of 12 90.4 against 83.3, of 16 91.8 against 80.4, of 24 154 against 85.5;
+/// - 4 threads: PHJ-OM ahead up to 24 a key (2^19: 64.2 against 74.3; 2^20: 140 against 151);
+/// - 2 cores: PHJ-OM ahead at 32 a key (2^19: 99.3 against 107; 2^20 (29.5): 203 against
+///   279; the eleventh session: of 16, 164 against 269), SMJ-OM at 48 (2^19: 125 against
+///   157) and 64 (757 against 1159).
+///
+/// Each threshold sits between the multiplicities measured on either side of it (the sample
+/// strays by up to a fifth). Below 2^23 pairs (2^22 from 8 threads) PHJ-OM's output stays in
+/// its caches: 2 cores, 2^16 rows of 64 a key, PHJ-OM 32 ms against 55.
+fn cpu_merge_rule(threads: usize) -> MergeRule {
+    let (rows_per_key, min_pairs) = match threads {
+        0..=3 => (40.0, 1u64 << 23),
+        4..=7 => (28.0, 1 << 23),
+        _ => (10.0, 1 << 22),
+    };
+    MergeRule::RowsPerKeyFromPairs {
+        rows_per_key,
+        min_pairs: min_pairs as f64,
+    }
 }
 
 /// Output pairs a CPU thread from which a small side's inner or left outer join runs SMJ-OM:
@@ -239,21 +275,7 @@ impl ChoiceParams {
             merge: if gpu {
                 MergeRule::Log2RowsMinus(16.0)
             } else {
-                // 2 cores, |R| = |S|: 2^20 rows of 64 a key, SMJ-OM 757 ms against PHJ-OM's
-                // 1159, of 16 PHJ-OM 164 against 269; 2^16 rows of 64, PHJ-OM 32 against 55,
-                // of 256 (2^24 pairs) SMJ-OM's outer join 363 against 431. 16 cores (the H200
-                // host), 2^16 rows of 256: SMJ-OM 65 and 104 ms (inner, outer) against PHJ-OM's
-                // 119 and 200, which a threshold at 2^24 pairs missed by a sampled rows-a-key
-                // estimate just under 256: the threshold sits at 2^23, between both machines'
-                // crossovers. Rows a key (twelfth session, 16 cores, inner, two runs): 2^19 and
-                // 2^20 rows of 32 a key SMJ-OM 28.6-31.8 and 55.7-62.5 ms against PHJ-OM's
-                // 53.1-54.2 and 97.2-113, which a threshold at 32 missed on a sample of 31.x;
-                // of 16 SMJ-OM 22.0-24.9 against 30.2-31.3 and level at 2^20; 2 cores, 2^20 of
-                // 16: PHJ-OM (above): 24, between.
-                MergeRule::RowsPerKeyFromPairs {
-                    rows_per_key: 24.0,
-                    min_pairs: (1u64 << 23) as f64,
-                }
+                cpu_merge_rule(rayon::current_num_threads())
             },
             chained_max_right_rows: if gpu { 1 << 20 } else { 0 },
             chained_merge_rows_per_key: 12.0,
@@ -854,25 +876,40 @@ mod tests {
         );
         let few = ChoiceParams {
             small_side_max_right_rows: 0,
+            merge: cpu_merge_rule(2),
             ..cpu
         };
-        // Inner joins merge from 24 rows a key and 2^23 pairs, left outer joins from 12 rows a
-        // key whatever the pairs, PHJ-OM below.
+        // On 2 threads inner joins merge from 40 rows a key and 2^23 pairs, left outer joins
+        // from 12 rows a key whatever the pairs, PHJ-OM below.
         let few_threads = [
             (1 << 16, 64.0, Inner, PhjOm, Why::Partitioned),
-            (1 << 20, 24.0, Inner, SmjOm, Why::ManyRowsPerKey),
-            (1 << 20, 23.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 20, 40.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 20, 39.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 20, 24.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 256.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 12, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 17, 8.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
         expect(&few_threads, &few);
+        // On 4 threads inner joins merge from 28 rows a key.
+        let four = ChoiceParams {
+            merge: cpu_merge_rule(4),
+            ..few
+        };
+        expect(
+            &[
+                (1 << 19, 24.1, Inner, PhjOm, Why::Partitioned),
+                (1 << 19, 28.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            ],
+            &four,
+        );
         // 16 threads: up to 2^18 right rows NPHJ-chained below 3 × 2^20 pairs, SMJ-OM from
         // there; above, as with few threads.
         let many = ChoiceParams {
             small_side_max_right_rows: 1 << 18,
             small_side_merge_pairs: (3u64 << 20) as f64,
+            merge: cpu_merge_rule(16),
             ..cpu
         };
         let many_threads = [
@@ -887,8 +924,11 @@ mod tests {
             (1 << 18, 16.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 19, 8.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 19, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 19, 16.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 19, 9.25, Inner, PhjOm, Why::Partitioned),
+            (1 << 19, 11.4, Inner, SmjOm, Why::ManyRowsPerKey),
             (1 << 19, 24.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 20, 6.4, Inner, PhjOm, Why::Partitioned),
+            (1 << 20, 12.6, Inner, SmjOm, Why::ManyRowsPerKey),
         ];
         expect(&many_threads, &many);
         // Promised unique: PHJ-OM.
@@ -907,10 +947,11 @@ mod tests {
     fn both_sides_skewed_merge_beyond_a_small_side() {
         let cpu = ChoiceParams {
             small_side_max_right_rows: 1 << 16,
+            merge: cpu_merge_rule(2),
             ..ChoiceParams::for_backend(&CpuBackend::new())
         };
         // One key with a quarter of each side's rows, 16 rows a key as the right rows see
-        // them: below the rows a key that merge.
+        // them: below the rows a key that merge (on 2 threads).
         let skewed = |right_rows| JoinInputStats {
             left_top_key_share: 0.25,
             right_top_key_share: 0.25,
