@@ -505,7 +505,10 @@ fn join_files(
     // The join's own phases and around them the keys' conversion and the output's arrays.
     let join_step_ms = ms(joined);
     // The output is on the host: a one-shot command's device closes while it is written.
-    opening.close_early();
+    // SAFETY: `join_tables` dropped every device buffer it made (the tables moved in, the
+    // join's output brought back), and this command reaches the device through `opening`
+    // only.
+    unsafe { opening.close_early() };
     let written = Instant::now();
     if let Some((path, format)) = out {
         ctx.report.step(&format!("writing {}", path.display()));

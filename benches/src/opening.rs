@@ -56,9 +56,12 @@ impl Opening {
     /// context open spent 101–157 ms in the driver's exit against 36–66 after that teardown
     /// (`docs/results/files.md`): closed beside the write, most of it leaves the command's
     /// wall clock. Elsewhere (a run that is not the last, a device not opened, or its opening
-    /// failed) it does nothing; after it [`Opening::get`] fails. Call it only once every
-    /// buffer of the device is dropped.
-    pub(crate) fn close_early(&mut self) {
+    /// failed) it does nothing; after it [`Opening::get`] fails.
+    ///
+    /// # Safety
+    /// Every buffer made on the device (page-locked host buffers included) is dropped, and
+    /// nothing uses the device but through this opening (`Device::close`'s contract).
+    pub(crate) unsafe fn close_early(&mut self) {
         if !self.last_run || self.closing.is_some() {
             return;
         }
@@ -66,8 +69,8 @@ impl Opening {
             self.opened = OnceCell::from(Err(Error::NoDevice("the device was closed".into())));
             self.closing = std::thread::Builder::new()
                 .name("joinkit-device-close".into())
-                // SAFETY: the run's last GPU work is over and its buffers are dropped (the
-                // caller's promise), and this command uses the device through joinkit only.
+                // SAFETY: the caller's promise: no buffer of the device is left, and nothing
+                // else uses it.
                 .spawn(move || unsafe { device.close() })
                 .ok();
         }
