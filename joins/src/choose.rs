@@ -100,12 +100,15 @@ fn small_side_rows(threads: usize) -> usize {
 ///   46.9; 2^20 of 12 90.4 against 83.3, of 16 91.8 against 80.4, of 24 154 against 85.5;
 /// - 4 threads: PHJ-OM ahead up to 24 a key (2^19: 64.2 against 74.3; 2^20: 140 against 151);
 /// - 2 cores: PHJ-OM ahead at 32 a key (2^19: 99.3 against 107; 2^20 (29.5): 203 against
-///   279; the eleventh session: of 16, 164 against 269), SMJ-OM at 48 (2^19: 125 against
-///   157) and 64 (757 against 1159).
+///   279; earlier, of 16, 164 against 269), SMJ-OM at 48 (2^19: 125 against 157) and at 64
+///   (earlier, 2^20 rows: 757 against 1159).
 ///
 /// Each threshold sits between the multiplicities measured on either side of it (the sample
-/// strays by up to a fifth). Below 2^23 pairs (2^22 from 8 threads) PHJ-OM's output stays in
-/// its caches: 2 cores, 2^16 rows of 64 a key, PHJ-OM 32 ms against 55.
+/// strays by up to a fifth). Below 2^23 pairs (2^22 from 8 threads, whose small sides reach
+/// 2^16 rows and more) PHJ-OM's output stays in its caches: 2 cores, 2^16 rows of 64 a key,
+/// PHJ-OM 32 ms against 55, of 256 (2^24 pairs) SMJ-OM's outer join 363 against 431; 2^24
+/// pairs missed 16 cores' 2^16 rows of 256 on a sample just under 256 (SMJ-OM 65 ms against
+/// 119), so the threshold sits at 2^23.
 fn cpu_merge_rule(threads: usize) -> MergeRule {
     let (rows_per_key, min_pairs) = match threads {
         0..=3 => (40.0, 1u64 << 23),
