@@ -812,8 +812,8 @@ fn bench<B: JoinBackend, K: Key>(
         runs,
         options.len(),
         |i| match args.memory_budget {
-            Some(_) => chunked(b, &left, &right, &options[i]).map(|(c, st)| ((), (Some(c), st))),
-            None => join_columns(b, &left, &right, &options[i]).map(|(_, st)| ((), (None, st))),
+            Some(_) => chunked(b, &left, &right, &options[i]).map(|(c, st)| (Some(c), st)),
+            None => join_columns(b, &left, &right, &options[i]).map(|(_, st)| (None, st)),
         },
         |(_, st): &(Option<u64>, JoinStats)| st.total_ms(),
     )?;

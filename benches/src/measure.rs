@@ -120,9 +120,13 @@ pub(crate) fn median_run<O, S>(
         out = o;
         runs.push(st);
     }
+    Ok((out, median_of(runs, &total_ms)))
+}
+
+/// The median of `runs` (at least one) by `total_ms`.
+fn median_of<S>(mut runs: Vec<S>, total_ms: &impl Fn(&S) -> f64) -> S {
     runs.sort_by(|a, c| total_ms(a).total_cmp(&total_ms(c)));
-    let median = runs.swap_remove(runs.len() / 2);
-    Ok((out, median))
+    runs.swap_remove(runs.len() / 2)
 }
 
 /// [`median_run`] of `n` measurements side by side, `work(i)` the i-th's run: each warms up as
@@ -130,11 +134,12 @@ pub(crate) fn median_run<O, S>(
 /// sweep (clocks, the host's other load, the allocator's state) weighs on each alike. Why: run
 /// one after another, `Auto` measured last of four trailed its own explicit runs of the same
 /// algorithm by 10–17 % in 5–10 of 66 cells on a 16-core host (docs/results/joins.md). The
-/// statistics of each one's median run, by `total_ms`.
-pub(crate) fn median_runs_side_by_side<O, S>(
+/// statistics of each one's median run, by `total_ms` (each run's output is dropped as it
+/// comes).
+pub(crate) fn median_runs_side_by_side<S>(
     Runs { warmup, repeat }: Runs,
     n: usize,
-    mut work: impl FnMut(usize) -> Result<(O, S)>,
+    mut work: impl FnMut(usize) -> Result<S>,
     total_ms: impl Fn(&S) -> f64,
 ) -> Result<Vec<S>> {
     for i in 0..n {
@@ -145,15 +150,12 @@ pub(crate) fn median_runs_side_by_side<O, S>(
     let mut runs: Vec<Vec<S>> = (0..n).map(|_| Vec::with_capacity(repeat)).collect();
     for _ in 0..repeat.max(1) {
         for (i, timed) in runs.iter_mut().enumerate() {
-            timed.push(work(i)?.1);
+            timed.push(work(i)?);
         }
     }
     Ok(runs
         .into_iter()
-        .map(|mut timed| {
-            timed.sort_by(|a, c| total_ms(a).total_cmp(&total_ms(c)));
-            timed.swap_remove(timed.len() / 2)
-        })
+        .map(|timed| median_of(timed, &total_ms))
         .collect())
 }
 

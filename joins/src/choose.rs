@@ -908,7 +908,8 @@ mod tests {
             &four,
         );
         // 16 threads: up to 2^18 right rows NPHJ-chained below 3 × 2^20 pairs, SMJ-OM from
-        // there; above, as with few threads.
+        // there; above, left outer joins as with few threads, inner joins merging from 10 rows
+        // a key and 2^22 pairs.
         let many = ChoiceParams {
             small_side_max_right_rows: 1 << 18,
             small_side_merge_pairs: (3u64 << 20) as f64,
