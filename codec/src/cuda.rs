@@ -15,7 +15,6 @@
 
 use std::ops::Range;
 
-use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{
     CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
@@ -100,7 +99,8 @@ impl CodecScratch {
 }
 
 /// Launch shape of a chunk kernel: one block of `block` threads per chunk (grid-stride over
-/// chunks, as many blocks as fit on the device), `smem` bytes of dynamic shared memory.
+/// chunks, as many blocks as fit on the device), `smem` bytes of dynamic shared memory (`f`
+/// from [`CudaBackend::function_with_dynamic_shared`]).
 fn chunk_config(
     backend: &CudaBackend,
     f: &CudaFunction,
@@ -116,14 +116,6 @@ fn chunk_config(
             info.max_shared_per_block_optin
         )));
     }
-    // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
-    // launch's need: the limit belongs to the kernel, which threads launching other chunk sizes
-    // share, and a smaller value set by one would make another's launch fail.
-    f.set_attribute(
-        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        (info.max_shared_per_block_optin as usize - STATIC_SHARED) as i32,
-    )
-    .map_err(driver("allowing dynamic shared memory"))?;
     let per_sm = f
         .occupancy_max_active_blocks_per_multiprocessor(block, smem, None)
         .map_err(driver("reading kernel occupancy"))?
@@ -238,7 +230,7 @@ pub fn plan_compress<'s, T: Element>(
 
     if chunks > 0 {
         let (name, block) = chunk_kernel(true, T::BITS, cv);
-        let f = backend.function(&KERNELS, name)?;
+        let f = backend.function_with_dynamic_shared(&KERNELS, name)?;
         // Two value buffers and one u16 run-start buffer of a chunk each.
         let smem = cv as usize * (2 * (T::BITS as usize / 8) + 2);
         let cfg = chunk_config(backend, &f, cv, block, smem, chunks)?;
@@ -570,7 +562,7 @@ pub fn finish_decompress<T: Element>(
         } else {
             "codec_decode_warp_u64"
         };
-        let f = backend.function(&KERNELS, name)?;
+        let f = backend.function_with_dynamic_shared(&KERNELS, name)?;
         let (w_cap, a_cap) = (plan.warp_stage_words, warp_values(T::BITS));
         let warps = (WARP_DECODE_BLOCK / 32) as usize;
         let smem = warps * warp_decode_bytes(w_cap, cv);
@@ -591,7 +583,7 @@ pub fn finish_decompress<T: Element>(
         deferred = Some(list);
     }
     let (name, block) = chunk_kernel(false, T::BITS, cv);
-    let f = backend.function(&KERNELS, name)?;
+    let f = backend.function_with_dynamic_shared(&KERNELS, name)?;
     // The chunk's words (a raw chunk is the longest valid one) and a word of padding for the
     // unpacker's reads past them, one value buffer and one byte of run-start flags per value
     // of a chunk.

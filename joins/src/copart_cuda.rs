@@ -11,7 +11,6 @@
 //! the order of those pairs is unspecified (each work item's run lands where an atomic
 //! reservation puts it).
 
-use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 use joinkit_cuda::{
     Backend, Column, CudaBackend, DeviceBuffer, Error, Key, Result, driver, each_column, map_column,
@@ -357,25 +356,15 @@ fn total_and_stats(
 }
 
 /// The launch shape of the match kernels: as many blocks as the SMs hold at once (or fewer
-/// items), each joining one work item at a time (the one-pass join takes runs of them).
+/// items), each joining one work item at a time (the one-pass join takes runs of them); `f`
+/// from [`CudaBackend::function_with_dynamic_shared`].
 fn join_config(b: &CudaBackend, f: &CudaFunction, smem: usize, items: u64) -> Result<LaunchConfig> {
-    // Raise the kernel's dynamic shared-memory limit to all the device allows, not to this
-    // launch's need: the limit belongs to the kernel, shared by every thread launching it, and a
-    // smaller value set by one would make another's larger launch fail. The kernel's static
-    // shared memory counts against the same per-block limit.
-    let fixed = f
-        .shared_size_bytes()
-        .map_err(driver("reading the kernel's static shared memory"))? as usize;
+    // The kernel's static shared memory counts against the same per-block limit as the tables.
     debug_assert!(
-        fixed <= STATIC_SHARED,
+        f.shared_size_bytes()
+            .is_ok_and(|fixed| fixed as usize <= STATIC_SHARED),
         "the tables' budget leaves {STATIC_SHARED} bytes"
     );
-    let allowed = (b.info().max_shared_per_block_optin as usize).saturating_sub(fixed);
-    f.set_attribute(
-        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        allowed.max(smem) as i32,
-    )
-    .map_err(driver("allowing dynamic shared memory"))?;
     let per_sm = f
         .occupancy_max_active_blocks_per_multiprocessor(BLOCK, smem, None)
         .map_err(driver("reading kernel occupancy"))?
@@ -436,7 +425,7 @@ unsafe fn launch_pass(
     smem: usize,
     what: &'static str,
 ) -> Result<()> {
-    let f = b.function(&crate::KERNELS, name)?;
+    let f = b.function_with_dynamic_shared(&crate::KERNELS, name)?;
     let cfg = join_config(b, &f, smem, params.n_items)?;
     let mut args = b.stream().launch_builder(&f);
     args.arg(params);

@@ -101,7 +101,7 @@ impl SampleRuns for CpuBackend {
 mod cuda {
     use std::sync::Arc;
 
-    use joinkit_cuda::cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
+    use joinkit_cuda::cudarc::driver::sys::CUdeviceptr;
     use joinkit_cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
     use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, Key, Result};
 
@@ -135,16 +135,8 @@ mod cuda {
             } else {
                 "sample_runs_u64"
             };
-            let f = self.function(&crate::KERNELS, name)?;
+            let f = self.function_with_dynamic_shared(&crate::KERNELS, name)?;
             let smem = sample_shared_bytes::<K>();
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(|e| Error::Driver {
-                op: "allowing the key-sample kernel's shared memory",
-                message: format!("{e:?}"),
-            })?;
             let launch = |stream: &Arc<CudaStream>, op: CUdeviceptr| {
                 let (kp, n) = (keys.device_ptr(), keys.len() as u64);
                 let mut args = stream.launch_builder(&f);

@@ -21,10 +21,8 @@
 use std::marker::PhantomData;
 use std::ops::Range;
 
-use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
 use joinkit_cuda::cudarc::driver::{
-    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use joinkit_cuda::{
     Backend, Column, CudaBackend, DeviceBuffer, Element, Error, Key, Result, Scratch,
@@ -475,8 +473,7 @@ impl Plan {
     /// dynamic shared memory × SMs), chunks of whole [`CHUNK_ALIGN`] rows and below 2^31 rows
     /// (the histogram's 32-bit counters).
     fn new(backend: &CudaBackend, n: usize, kernel: &'static str, smem: usize) -> Result<Plan> {
-        let f = backend.function(&KERNELS, kernel)?;
-        allow_dynamic_smem(&f, smem)?;
+        let f = backend.function_with_dynamic_shared(&KERNELS, kernel)?;
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
             .map_err(|e| Error::Driver {
@@ -505,24 +502,6 @@ impl Plan {
         let counts = u64::from(fanout) * u64::from(self.chunks) * 8;
         align(counts as usize) + align(fanout as usize * 8)
     }
-}
-
-/// Lets `f` take [`SWEEP_TILE_BYTES`] of dynamic shared memory (beyond the default 48 KiB).
-/// The limit belongs to the kernel, shared by every caller, so it is always set to the same
-/// value, never to one launch's need.
-fn allow_dynamic_smem(f: &CudaFunction, smem: usize) -> Result<()> {
-    if smem == 0 {
-        return Ok(());
-    }
-    f.set_attribute(
-        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        SWEEP_TILE_BYTES as i32,
-    )
-    .map(|_| ())
-    .map_err(|e| Error::Driver {
-        op: "allowing dynamic shared memory",
-        message: format!("{e:?}"),
-    })
 }
 
 fn align(bytes: usize) -> usize {
@@ -600,7 +579,8 @@ impl Pass<'_> {
             } else {
                 (0u64, 0u64)
             };
-            allow_dynamic_smem(&backend.function(&KERNELS, sweep.name)?, sweep.smem)?;
+            // The launch below finds the kernel with its shared-memory limit raised.
+            backend.function_with_dynamic_shared(&KERNELS, sweep.name)?;
             launch!(
                 backend,
                 sweep.name,

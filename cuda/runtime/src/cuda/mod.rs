@@ -111,7 +111,7 @@ struct Inner {
     memory: Arc<MemoryTracker>,
     /// Freed allocations kept for reuse (see [`CudaBackend::set_buffer_cache_limit`]).
     cache: Arc<BufferCache>,
-    functions: Mutex<HashMap<(usize, &'static str), CudaFunction>>,
+    functions: Mutex<HashMap<(usize, &'static str), LoadedKernel>>,
     /// The page-locked word [`CudaBackend::read_element`] has the GPU store into (made on
     /// first use); the lock also keeps two threads' reads apart.
     readback: Mutex<Option<MappedWords>>,
@@ -132,6 +132,10 @@ struct Overlapped {
     forked: cudarc::driver::CudaEvent,
     done: cudarc::driver::CudaEvent,
 }
+
+/// A kernel loaded on the device, and whether its dynamic shared-memory limit was raised
+/// ([`CudaBackend::function_with_dynamic_shared`]).
+type LoadedKernel = (CudaFunction, bool);
 
 /// Bytes [`CudaBackend::download_beside`] has written into mapped host words (more are written
 /// and downloaded before the work that would overlap them).
@@ -434,19 +438,62 @@ impl CudaBackend {
         module: &'static KernelModule,
         name: &'static str,
     ) -> Result<CudaFunction> {
+        self.cached_function(module, name, false)
+    }
+
+    /// [`CudaBackend::function`], allowed all the dynamic shared memory the device offers a
+    /// block beside the kernel's static shared memory (past the 48 KiB a launch gets without
+    /// asking). The limit belongs to the kernel, shared by every caller, so it is raised once,
+    /// when the kernel is first fetched this way, and never set to one launch's need; setting
+    /// it at every launch was a driver call each (8 event calls took 8.5 us of host time on
+    /// the H200 machines). A launch asking for more than the device offers fails.
+    ///
+    /// # Errors
+    /// As [`CudaBackend::function`].
+    pub fn function_with_dynamic_shared(
+        &self,
+        module: &'static KernelModule,
+        name: &'static str,
+    ) -> Result<CudaFunction> {
+        self.cached_function(module, name, true)
+    }
+
+    /// A kernel from the cache (loaded on first use), with its dynamic shared-memory limit
+    /// raised first where `raise_shared` asks and it was not yet.
+    fn cached_function(
+        &self,
+        module: &'static KernelModule,
+        name: &'static str,
+        raise_shared: bool,
+    ) -> Result<CudaFunction> {
         let key = (module as *const KernelModule as usize, name);
         let mut cache = self
             .inner
             .functions
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = cache.get(&key) {
-            return Ok(f.clone());
+        let (f, raised) = match cache.get(&key) {
+            Some((f, raised)) => (f.clone(), *raised),
+            None => {
+                let f = module::load(&self.inner.ctx, module)?
+                    .load_function(name)
+                    .map_err(|e| driver_error("looking up a kernel", e))?;
+                (f, false)
+            }
+        };
+        if raise_shared && !raised {
+            let fixed = f
+                .shared_size_bytes()
+                .map_err(|e| driver_error("reading a kernel's static shared memory", e))?;
+            let offered = i64::from(self.inner.info.max_shared_per_block_optin);
+            let allowed = (offered - i64::from(fixed)).max(0);
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                i32::try_from(allowed).unwrap_or(i32::MAX),
+            )
+            .map_err(|e| driver_error("allowing dynamic shared memory", e))?;
         }
-        let f = module::load(&self.inner.ctx, module)?
-            .load_function(name)
-            .map_err(|e| driver_error("looking up a kernel", e))?;
-        cache.insert(key, f.clone());
+        cache.insert(key, (f.clone(), raised || raise_shared));
         Ok(f)
     }
 
