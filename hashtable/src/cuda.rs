@@ -17,7 +17,9 @@ use joinkit_cuda::cudarc::driver::{
     CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
     PushKernelArg,
 };
-use joinkit_cuda::{Backend, CudaBackend, Error, KernelModule, Key, Result, Scratch, driver};
+use joinkit_cuda::{
+    Backend, CudaBackend, DeviceBuffer, Error, KernelModule, Key, Result, Scratch, driver,
+};
 use joinkit_partition::cuda::ColumnOut;
 
 use crate::config::{BuildOrder, MAX_BUILD_ROWS, Probing, TableConfig, TableKind};
@@ -529,26 +531,77 @@ pub fn mark_matched<K: Key>(
         .map_err(driver("launching a hash-table kernel"))
 }
 
+/// A chained table ([`TableConfig::chained`]'s layout, `config`'s capacity and seed) on `keys`
+/// whose bucket heads and chain entries are allocated but not yet written, for a kernel of
+/// another crate to build inside a launch of its own: `Auto`'s plan builds the table in the
+/// launch of its key sample, one launch where the fill, the build and the sample took three.
+/// The kernel empties every head (`joinkit::ht::kEmptyRow`), synchronizes its grid, then
+/// pushes every key with `ChainedTable::insert` (`joinkit/hashtable.cuh`).
+///
+/// # Safety
+/// The table must not be probed or read before such a kernel, queued on the backend's stream,
+/// has written every head and chain entry (dropping it needs nothing).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `config` is not chained; capacity and allocation errors.
+pub unsafe fn unbuilt_chained_table<'k, K: Key>(
+    b: &CudaBackend,
+    keys: &'k DeviceBuffer<K>,
+    config: &TableConfig,
+) -> Result<HashTable<'k, CudaBackend, K>> {
+    if config.kind() != TableKind::Chained {
+        return Err(Error::InvalidArgument(format!(
+            "an unbuilt chained table of a {:?} configuration",
+            config.kind()
+        )));
+    }
+    let capacity = config.capacity_for(keys.len())?;
+    let heads = b.alloc::<u32>(capacity)?;
+    let next = b.alloc::<u32>(keys.len())?;
+    Ok(HashTable {
+        storage: Storage::Chained { heads, next },
+        keys,
+        kind: TableKind::Chained,
+        probing: config.probing_policy(),
+        capacity,
+        seed: config.hash_seed(),
+        max_probe: 0,
+        order: BuildOrder::Input,
+    })
+}
+
 impl HashTables for CudaBackend {
     fn build_table<'k, K: Key>(
         &self,
         keys: &'k Self::Buf<K>,
         config: &TableConfig,
     ) -> Result<HashTable<'k, Self, K>> {
+        if config.kind() == TableKind::Chained {
+            // SAFETY: the fill and the build below write every head and chain entry before
+            // the table is returned.
+            let mut table = unsafe { unbuilt_chained_table(self, keys, config) }?;
+            if let Storage::Chained { heads, .. } = &mut table.storage {
+                self.fill(heads, EMPTY_ROW)?;
+            }
+            if keys.is_empty() {
+                return Ok(table);
+            }
+            let f = kernel::<K>(self, &BUILD, TableKind::Chained, table.probing)?;
+            let (raw, kp, n) = (raw_table(&table), keys.device_ptr(), keys.len() as u64);
+            let mut b = self.stream().launch_builder(&f);
+            b.arg(&raw).arg(&kp).arg(&n);
+            // SAFETY: `raw` holds `capacity` heads and one chain entry per key; the kernel
+            // reads n keys and writes heads and next[0..n].
+            unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }
+                .map_err(driver("launching a hash-table kernel"))?;
+            return Ok(table);
+        }
         let capacity = config.capacity_for(keys.len())?;
         let (kind, probing, seed) = (config.kind(), config.probing_policy(), config.hash_seed());
-        let storage = if kind == TableKind::Chained {
-            let mut heads = self.alloc::<u32>(capacity)?;
-            self.fill(&mut heads, EMPTY_ROW)?;
-            let next = self.alloc::<u32>(keys.len())?;
-            Storage::Chained { heads, next }
-        } else {
-            let mut slots = self.alloc::<u64>(slot_words::<K>(kind, capacity)?)?;
-            self.fill(&mut slots, EMPTY_WORD)?;
-            Storage::Open(slots)
-        };
+        let mut slots = self.alloc::<u64>(slot_words::<K>(kind, capacity)?)?;
+        self.fill(&mut slots, EMPTY_WORD)?;
         let mut table = HashTable {
-            storage,
+            storage: Storage::Open(slots),
             keys,
             kind,
             probing,
@@ -561,17 +614,6 @@ impl HashTables for CudaBackend {
             return Ok(table);
         }
         let raw = raw_table(&table);
-        if kind == TableKind::Chained {
-            let f = kernel::<K>(self, &BUILD, kind, probing)?;
-            let (kp, n) = (keys.device_ptr(), keys.len() as u64);
-            let mut b = self.stream().launch_builder(&f);
-            b.arg(&raw).arg(&kp).arg(&n);
-            // SAFETY: `raw` holds `capacity` heads and one chain entry per key; the kernel
-            // reads n keys and writes heads and next[0..n].
-            unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }
-                .map_err(driver("launching a hash-table kernel"))?;
-            return Ok(table);
-        }
         let mut status = self.upload(&[0u32, 0])?;
         let clustered = match config.build_order_policy() {
             BuildOrder::Input => false,

@@ -63,7 +63,7 @@
 use std::fmt;
 
 use joinkit_cuda::{Key, Result};
-use joinkit_hashtable::{HashTables, TableConfig};
+use joinkit_hashtable::{HashTable, HashTables, TableConfig};
 use joinkit_primitives::{Bounds, Gather};
 
 use crate::copart::CoPartitionJoin;
@@ -547,24 +547,25 @@ where
     B: Gather + HashTables + CoPartitionJoin + SampleRuns,
     K: Key,
 {
-    let stats = sample_stats_while(b, (left, right), payload_bytes, opts, params, || Ok(()));
-    stats.map(|(stats, ())| stats)
+    let stats = sample_stats_and_table(b, (left, right), payload_bytes, opts, params, false);
+    stats.map(|(stats, _)| stats)
 }
 
-/// [`sample_stats`], with `meanwhile` run once the first sample is queued
-/// ([`SampleRuns::sample_runs_while`]): work the join may want (a table the sample can keep),
-/// done on the device beside the sample while the host waits for it.
+/// [`sample_stats`], and with `chained_table` (right keys not promised unique) the chained
+/// table on the right keys, built beside their sample
+/// ([`SampleRuns::sample_runs_and_chained_table`]): the table NPHJ-chained probes, kept when
+/// the choice is that join.
 ///
 /// # Errors
-/// As [`sample_stats`], and `meanwhile`'s.
-pub(crate) fn sample_stats_while<B, K, R>(
+/// As [`sample_stats`], and the table's build errors.
+pub(crate) fn sample_stats_and_table<'k, B, K>(
     b: &B,
-    (left, right): (&B::Buf<K>, &B::Buf<K>),
+    (left, right): (&B::Buf<K>, &'k B::Buf<K>),
     (left_payload_bytes, right_payload_bytes): (usize, usize),
     opts: &JoinOptions,
     params: &ChoiceParams,
-    meanwhile: impl FnOnce() -> Result<R>,
-) -> Result<(JoinInputStats, R)>
+    chained_table: bool,
+) -> Result<(JoinInputStats, Option<HashTable<'k, B, K>>)>
 where
     B: Gather + HashTables + CoPartitionJoin + SampleRuns,
     K: Key,
@@ -583,8 +584,12 @@ where
         right_top_key_share: 0.0,
         right_rows_per_key: (!right_unique).then_some(1.0),
     };
+    let chained_table = chained_table && !right_unique;
     if left.is_empty() || right.is_empty() {
-        return Ok((stats, meanwhile()?));
+        let table = chained_table
+            .then(|| b.build_table(right, &TableConfig::chained()))
+            .transpose()?;
+        return Ok((stats, table));
     }
     let sample_right = |stats: &mut JoinInputStats, groups: &[SampleGroup]| {
         stats.right_top_key_share = top_share(groups);
@@ -593,20 +598,24 @@ where
         }
     };
     let right_rows = right_sample_rows(right.len());
-    let overlapped = if !right_unique {
-        let (groups, r) = b.sample_runs_while(right, right_rows, meanwhile)?;
+    let table = if !right_unique {
+        let (groups, table) = if chained_table {
+            let (groups, table) = b.sample_runs_and_chained_table(right, right_rows)?;
+            (groups, Some(table))
+        } else {
+            (b.sample_runs(right, right_rows)?, None)
+        };
         sample_right(&mut stats, &groups);
         if stats.right_top_key_share >= params.skew_share {
             stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
         }
-        r
+        table
     } else {
-        let (groups, r) = b.sample_runs_while(left, SAMPLE_ROWS, meanwhile)?;
-        stats.left_top_key_share = top_share(&groups);
+        stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
         if stats.left_top_key_share >= params.skew_share {
             sample_right(&mut stats, &b.sample_runs(right, right_rows)?);
         }
-        r
+        None
     };
     // The match ratio only where the tree will look at it (it costs a read of the right keys):
     // where, without it, the choice falls to the last branch.
@@ -628,7 +637,7 @@ where
             .sum();
         stats.match_ratio = Some(matched as f64 / rows as f64);
     }
-    Ok((stats, overlapped))
+    Ok((stats, table))
 }
 
 /// The most frequent key's share of a sample: the groups' largest counts over their rows.

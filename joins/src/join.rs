@@ -7,7 +7,7 @@ use joinkit_partition::{BucketChainPartition, RadixPartition};
 use joinkit_primitives::{Bounds, Compact, Gather, Interleave, MergePath, Sort};
 
 use crate::choose::{
-    ChoiceParams, ChoiceReason, JoinInputStats, choose, choose_unsampled, sample_stats_while,
+    ChoiceParams, ChoiceReason, JoinInputStats, choose, choose_unsampled, sample_stats_and_table,
 };
 use crate::chunk::Budget;
 use crate::copart::{CoPartitionJoin, PairColumns};
@@ -222,11 +222,11 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 /// promised unique, else a choice from sampled statistics, timed as the `plan` phase.
 ///
 /// Where the sample can only choose between NPHJ-chained and SMJ-OM (right keys not promised
-/// unique, [`ChoiceParams::chained_or_merge`]), the plan queues the chained table's build
-/// behind the sample and its copy back, and the join keeps the table when the choice is
-/// NPHJ-chained: the device builds while the host waits for the sample (H200, 2^18 rows: a
-/// 7 us build, a plan of 30 us against a 0.09 ms join). Where SMJ-OM is chosen (many rows a
-/// key, joins of 0.25 ms and more) the build is dropped.
+/// unique, [`ChoiceParams::chained_or_merge`]), the plan builds the chained table in the
+/// sample's launch ([`SampleRuns::sample_runs_and_chained_table`](crate::SampleRuns)) and the
+/// join keeps it when the choice is NPHJ-chained: the device builds while the host reads the
+/// sample. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms and more) the table is
+/// dropped.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -253,12 +253,7 @@ fn resolve<'k, B: JoinBackend, K: Key>(
     let speculate =
         !opts.right_unique && !right.is_empty() && params.chained_or_merge(opts.kind, right.len());
     let (sampled, table) = ph.run("plan", || {
-        let build = || {
-            speculate
-                .then(|| b.build_table(right, &TableConfig::chained()))
-                .transpose()
-        };
-        sample_stats_while(b, (left, right), payload_bytes, opts, &params, build)
+        sample_stats_and_table(b, (left, right), payload_bytes, opts, &params, speculate)
     })?;
     let (algorithm, reason) = choose(&sampled, opts.kind, &params);
     Ok(Resolved {

@@ -1,12 +1,15 @@
 //! Duplicate statistics of a key sample, for [`crate::Algorithm::Auto`]'s plan: keys at
 //! spread positions of a column, in groups of at most [`SAMPLE_GROUP_ROWS`], each group's
 //! equal pairs and largest key count. On CUDA one launch (a block a group counts its keys in a
-//! shared-memory hash table, `kernels/sample.cu`) and one read of 24 bytes a group: about what
-//! a launch costs, where downloading the keys and sorting them on the host took 0.13–0.27 ms
-//! of an H200 join's plan. The CPU twin gives the same counts.
+//! shared-memory hash table, `kernels/sample.cu`) whose 24 bytes a group the host reads as
+//! soon as they are posted: about what a launch costs, where downloading the keys and sorting
+//! them on the host took 0.13–0.27 ms of an H200 join's plan. The same launch can build the
+//! chained hash table on the sampled keys beside the sample
+//! ([`SampleRuns::sample_runs_and_chained_table`]). The CPU twin gives the same counts.
 
 use joinkit_cuda::hash::hash64;
-use joinkit_cuda::{Backend, CpuBackend, Key, Result};
+use joinkit_cuda::{CpuBackend, Error, Key, Result};
+use joinkit_hashtable::{HashTable, HashTables, TableConfig};
 
 /// Most sampled rows in a group (a CUDA block's table: 1024 threads × 4 keys).
 pub const SAMPLE_GROUP_ROWS: usize = 4096;
@@ -25,58 +28,70 @@ pub struct SampleGroup {
     pub top: u64,
 }
 
+/// Most rows a sample takes: 128 groups (the host words the CUDA launch posts them into).
+pub const MAX_SAMPLES: usize = 128 * SAMPLE_GROUP_ROWS;
+
 /// Sampling a key column for its duplicates.
-pub trait SampleRuns: Backend {
+pub trait SampleRuns: HashTables {
     /// `samples` rows of `keys` (all of them when it is shorter), sample `j` at
     /// [`sample_row`]`(j, samples, keys.len())`, in `ceil(samples / SAMPLE_GROUP_ROWS)`
     /// groups, sample `j` in group `j mod groups`: each group's statistics. Empty for an
     /// empty column or no samples.
     ///
     /// # Errors
-    /// Allocation and driver errors.
-    fn sample_runs<K: Key>(&self, keys: &Self::Buf<K>, samples: usize) -> Result<Vec<SampleGroup>> {
-        self.sample_runs_while(keys, samples, || Ok(()))
-            .map(|(groups, ())| groups)
-    }
+    /// [`Error::InvalidArgument`] past [`MAX_SAMPLES`] rows sampled; allocation and driver
+    /// errors.
+    fn sample_runs<K: Key>(&self, keys: &Self::Buf<K>, samples: usize) -> Result<Vec<SampleGroup>>;
 
-    /// [`SampleRuns::sample_runs`], with `meanwhile` run once the sample is queued: on CUDA
-    /// what it queues runs on the device beside the sample (whose one block a group leaves
-    /// the other SMs idle) while the host waits for the sample's statistics alone
-    /// (`CudaBackend::download_beside`).
+    /// [`SampleRuns::sample_runs`] of `keys`, and the chained hash table on them
+    /// ([`TableConfig::chained`]) that NPHJ-chained probes: `Auto`'s plan when its choice is
+    /// that join or SMJ-OM, which keeps the table if it runs NPHJ-chained. On CUDA, for one
+    /// group's sample, one cooperative launch whose first block samples while the others build
+    /// (`kernels/sample.cu`), the sample read as soon as it is posted while the build goes on;
+    /// otherwise the sample, then the table.
     ///
     /// # Errors
-    /// Allocation and driver errors, and `meanwhile`'s.
-    fn sample_runs_while<K: Key, R>(
+    /// As [`SampleRuns::sample_runs`] and [`HashTables::build_table`].
+    fn sample_runs_and_chained_table<'k, K: Key>(
         &self,
-        keys: &Self::Buf<K>,
+        keys: &'k Self::Buf<K>,
         samples: usize,
-        meanwhile: impl FnOnce() -> Result<R>,
-    ) -> Result<(Vec<SampleGroup>, R)>;
+    ) -> Result<(Vec<SampleGroup>, HashTable<'k, Self, K>)> {
+        let groups = self.sample_runs(keys, samples)?;
+        Ok((groups, self.build_table(keys, &TableConfig::chained())?))
+    }
 }
 
 /// The row of sample `j` of `samples` over `n` rows: one row in each of `samples` equal
-/// strides, at a hashed offset inside it (`samples <= n`; the hash scaled to the stride by the
-/// high word of a product, which the kernel computes without a division).
+/// strides, at a hashed offset inside it (`samples <= n`, at most [`MAX_SAMPLES`]; the hash
+/// scaled to the stride by the high word of a product). Stride `j` starts at
+/// `floor(j n / samples)`, computed as `j q + floor(j r / samples)` for `n = q samples + r`,
+/// as the kernel does (with no 64-bit division there).
 pub fn sample_row(j: u64, samples: u64, n: u64) -> u64 {
-    let (lo, hi) = (j * n / samples, (j + 1) * n / samples);
+    let start = |j: u64| j * (n / samples) + j * (n % samples) / samples;
+    let (lo, hi) = (start(j), start(j + 1));
     lo + ((u128::from(hash64(j, SAMPLE_SEED)) * u128::from(hi - lo)) >> 64) as u64
 }
 
 /// Samples and groups for `samples` rows of a column of `n` rows.
-fn layout(samples: usize, n: usize) -> (u64, u64) {
-    let samples = samples.min(n) as u64;
-    (samples, samples.div_ceil(SAMPLE_GROUP_ROWS as u64))
+///
+/// # Errors
+/// [`Error::InvalidArgument`] past [`MAX_SAMPLES`].
+fn layout(samples: usize, n: usize) -> Result<(u64, u64)> {
+    let samples = samples.min(n);
+    if samples > MAX_SAMPLES {
+        return Err(Error::InvalidArgument(format!(
+            "a key sample of {samples} rows: at most {MAX_SAMPLES}"
+        )));
+    }
+    let samples = samples as u64;
+    Ok((samples, samples.div_ceil(SAMPLE_GROUP_ROWS as u64)))
 }
 
 impl SampleRuns for CpuBackend {
-    fn sample_runs_while<K: Key, R>(
-        &self,
-        keys: &Vec<K>,
-        samples: usize,
-        meanwhile: impl FnOnce() -> Result<R>,
-    ) -> Result<(Vec<SampleGroup>, R)> {
+    fn sample_runs<K: Key>(&self, keys: &Vec<K>, samples: usize) -> Result<Vec<SampleGroup>> {
         let n = keys.len() as u64;
-        let (samples, groups) = layout(samples, keys.len());
+        let (samples, groups) = layout(samples, keys.len())?;
         let groups = (0..groups)
             .map(|g| {
                 let mut sample: Vec<K> = (g..samples)
@@ -93,42 +108,57 @@ impl SampleRuns for CpuBackend {
                 }
             })
             .collect();
-        Ok((groups, meanwhile()?))
+        Ok(groups)
     }
 }
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use std::sync::Arc;
-
-    use joinkit_cuda::cudarc::driver::sys::CUdeviceptr;
-    use joinkit_cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+    use joinkit_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
     use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, Key, Result};
+    use joinkit_hashtable::cuda::{raw_table, unbuilt_chained_table};
+    use joinkit_hashtable::{HashTable, HashTables, TableConfig};
 
     use super::{SAMPLE_GROUP_ROWS, SampleGroup, layout};
 
     /// Threads of a group's block (`kSampleThreads` in kernels/sample.cu).
     const THREADS: u32 = 1024;
 
-    /// Slots of a group's table (`kSampleSlots`): twice its keys.
-    const SLOTS: usize = 2 * SAMPLE_GROUP_ROWS;
+    /// Slots of a group's table (`kSampleSlots`): four times its keys.
+    const SLOTS: usize = 4 * SAMPLE_GROUP_ROWS;
 
-    /// Dynamic shared memory of a group's block: its keys and its table's 4-byte slots (48 KiB
-    /// for 4-byte keys, 64 for 8-byte; past the 48 KiB a launch gets without asking).
+    /// Dynamic shared memory of a group's block: its keys and its table's 4-byte slots (80 KiB
+    /// for 4-byte keys, 96 for 8-byte; past the 48 KiB a launch gets without asking).
     fn sample_shared_bytes<K: Key>() -> usize {
         SAMPLE_GROUP_ROWS * size_of::<K>() + SLOTS * size_of::<u32>()
     }
 
+    fn launch_error(e: impl std::fmt::Debug) -> Error {
+        Error::Driver {
+            op: "launching the key-sample kernel",
+            message: format!("{e:?}"),
+        }
+    }
+
+    /// The groups' statistics from the words the kernel posted.
+    fn groups_of(words: &[u64]) -> Vec<SampleGroup> {
+        let group = |w: &[u64]| SampleGroup {
+            rows: w[0],
+            pairs: w[1],
+            top: w[2],
+        };
+        words.chunks_exact(3).map(group).collect()
+    }
+
     impl super::SampleRuns for CudaBackend {
-        fn sample_runs_while<K: Key, R>(
+        fn sample_runs<K: Key>(
             &self,
             keys: &DeviceBuffer<K>,
             samples: usize,
-            meanwhile: impl FnOnce() -> Result<R>,
-        ) -> Result<(Vec<SampleGroup>, R)> {
-            let (samples, groups) = layout(samples, keys.len());
+        ) -> Result<Vec<SampleGroup>> {
+            let (samples, groups) = layout(samples, keys.len())?;
             if groups == 0 {
-                return Ok((Vec::new(), meanwhile()?));
+                return Ok(Vec::new());
             }
             let name = if K::BITS == 32 {
                 "sample_runs_u32"
@@ -136,35 +166,84 @@ mod cuda {
                 "sample_runs_u64"
             };
             let f = self.function_with_dynamic_shared(&crate::KERNELS, name)?;
-            let smem = sample_shared_bytes::<K>();
-            let launch = |stream: &Arc<CudaStream>, op: CUdeviceptr| {
-                let (kp, n) = (keys.device_ptr(), keys.len() as u64);
-                let mut args = stream.launch_builder(&f);
-                args.arg(&kp).arg(&n).arg(&samples).arg(&groups).arg(&op);
-                let config = LaunchConfig {
-                    grid_dim: (groups as u32, 1, 1),
-                    block_dim: (THREADS, 1, 1),
-                    shared_mem_bytes: smem as u32,
-                };
-                // SAFETY: the kernel reads `samples` keys at rows below n (sample_row's
-                // strides lie inside the column, samples <= n) and writes 3 words per group at
-                // `op`, which download_beside gives room for 3 * groups; the arguments follow
-                // its C signature.
-                unsafe { args.launch(config) }
-                    .map(drop)
-                    .map_err(|e| Error::Driver {
-                        op: "launching the key-sample kernel",
-                        message: format!("{e:?}"),
-                    })
+            let config = LaunchConfig {
+                grid_dim: (groups as u32, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: sample_shared_bytes::<K>() as u32,
             };
-            // One block a group: beside the work queued meanwhile, not before it.
-            let (words, r) = self.download_beside(3 * groups as usize, launch, meanwhile)?;
-            let groups = words.chunks_exact(3).map(|w| SampleGroup {
-                rows: w[0],
-                pairs: w[1],
-                top: w[2],
-            });
-            Ok((groups.collect(), r))
+            let words = self.posted_words(
+                3 * groups as usize,
+                groups as usize,
+                |stream, out, ticket| {
+                    let (kp, n) = (keys.device_ptr(), keys.len() as u64);
+                    let mut args = stream.launch_builder(&f);
+                    args.arg(&kp)
+                        .arg(&n)
+                        .arg(&samples)
+                        .arg(&groups)
+                        .arg(&out)
+                        .arg(&ticket);
+                    // SAFETY: the kernel reads `samples` keys at rows below n (sample_row's
+                    // strides lie inside the column, samples <= n) and writes 3 words and posts a
+                    // ticket per group at `out`, which posted_words gives room for (4 * groups is
+                    // at most 512: layout's MAX_SAMPLES); the arguments follow its C signature.
+                    unsafe { args.launch(config) }
+                        .map(drop)
+                        .map_err(launch_error)
+                },
+            )?;
+            Ok(groups_of(&words))
+        }
+
+        fn sample_runs_and_chained_table<'k, K: Key>(
+            &self,
+            keys: &'k DeviceBuffer<K>,
+            samples: usize,
+        ) -> Result<(Vec<SampleGroup>, HashTable<'k, Self, K>)> {
+            let (samples, groups) = layout(samples, keys.len())?;
+            let name = if K::BITS == 32 {
+                "sample_and_build_chained_u32"
+            } else {
+                "sample_and_build_chained_u64"
+            };
+            let f = self.function_with_dynamic_shared(&crate::KERNELS, name)?;
+            let smem = sample_shared_bytes::<K>();
+            let per_sm = f
+                .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
+                .map_err(launch_error)?;
+            // Every block resident at once (the kernel synchronizes its grid), one of them the
+            // sample's.
+            let resident = u64::from(per_sm) * u64::from(self.info().sm_count);
+            if groups != 1 || resident < 2 {
+                // More than one group (a sample past SAMPLE_GROUP_ROWS), or no room for two
+                // blocks: the sample, then the table.
+                let groups = self.sample_runs(keys, samples as usize)?;
+                return Ok((groups, self.build_table(keys, &TableConfig::chained())?));
+            }
+            // SAFETY: the launch below empties every head and inserts every key before
+            // anything queued after it on the stream reads the table.
+            let table = unsafe { unbuilt_chained_table(self, keys, &TableConfig::chained()) }?;
+            let raw = raw_table(&table);
+            let items = raw.capacity.max(raw.rows);
+            let builders = items.div_ceil(u64::from(THREADS)).clamp(1, resident - 1);
+            let config = LaunchConfig {
+                grid_dim: (builders as u32 + 1, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: smem as u32,
+            };
+            let words = self.posted_words(3, 1, |stream, out, ticket| {
+                let mut args = stream.launch_builder(&f);
+                args.arg(&raw).arg(&samples).arg(&out).arg(&ticket);
+                // SAFETY: `raw` holds the table's `capacity` heads, one chain entry a key and
+                // the keys; block 0 reads `samples` keys below `rows` and writes 3 words and a
+                // ticket at `out` (posted_words' room); the others write the heads, then
+                // next[0..rows]. The grid fits the device at once (resident), as its grid-wide
+                // synchronization needs.
+                unsafe { args.launch_cooperative(config) }
+                    .map(drop)
+                    .map_err(launch_error)
+            })?;
+            Ok((groups_of(&words), table))
         }
     }
 }
@@ -193,6 +272,13 @@ mod tests {
         assert_eq!(g.iter().map(|g| g.rows).sum::<u64>(), 10_000);
         assert!(g.iter().all(|g| g.top >= g.rows / 50));
         assert!(b.sample_runs(&Vec::<u32>::new(), 10).unwrap().is_empty());
+        // Past MAX_SAMPLES rows sampled: refused, not cut short.
+        let many = vec![0u32; MAX_SAMPLES + 1];
+        assert!(b.sample_runs(&many, MAX_SAMPLES).is_ok());
+        assert!(matches!(
+            b.sample_runs(&many, MAX_SAMPLES + 1),
+            Err(Error::InvalidArgument(_))
+        ));
         assert!(b.sample_runs(&vec![1u32], 0).unwrap().is_empty());
         // Rows stay inside their strides.
         for (j, s, n) in [(0, 1, 1), (4, 5, 5), (9, 10, 1 << 33), (3, 7, 100)] {

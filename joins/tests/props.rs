@@ -1,7 +1,8 @@
 //! Every algorithm × kind, on both backends, equals the naive reference as a multiset: random
 //! sizes including empty sides, duplicates on both sides, no matches, all rows on one key,
 //! extreme key values; with the right side deduplicated, the same under `right_unique`; M:N
-//! shapes of 1 … 1024 rows a key on either side. Auto's key samples equal their CPU twin.
+//! shapes of 1 … 1024 rows a key on either side. Auto's key samples equal their CPU twin, and
+//! so do the chained tables built beside them.
 //! Materialized payloads are checked against the reference's pairs.
 
 mod common;
@@ -16,7 +17,7 @@ use joinkit::{
     Algorithm, ChoiceParams, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions,
     SAMPLE_GROUP_ROWS, SampleRuns, Table, join_columns, join_rows,
 };
-use joinkit_cuda::Key;
+use joinkit_cuda::{Backend as _, Key};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -228,9 +229,37 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
     }
 }
 
+/// A chained table built beside a key sample holds every key's rows: its (distinct key's
+/// index, build row) pairs, sorted, equal those of the keys themselves.
+fn check_chained_table<B: JoinBackend, K: Key>(
+    b: &B,
+    keys: &[K],
+    table: &joinkit_hashtable::HashTable<'_, B, K>,
+) -> Result<(), TestCaseError> {
+    let mut distinct = keys.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let (probe, build) = b.probe_pairs(table, &b.upload(&distinct).unwrap()).unwrap();
+    let mut got: Vec<(u32, u32)> = b
+        .download(&probe)
+        .unwrap()
+        .into_iter()
+        .zip(b.download(&build).unwrap())
+        .collect();
+    got.sort_unstable();
+    let mut want: Vec<(u32, u32)> = (0..keys.len())
+        .map(|i| (distinct.binary_search(&keys[i]).unwrap() as u32, i as u32))
+        .collect();
+    want.sort_unstable();
+    prop_assert_eq!(got, want);
+    Ok(())
+}
+
 /// The key-sample kernel's groups equal its CPU twin's on every shape, extreme keys (its
 /// table reserves no key value), a few keys of many rows each (one slot counting thousands)
-/// and sample counts from 1 to several groups included.
+/// and sample counts from 1 to several groups included; the sample with the chained table
+/// built beside it (one cooperative launch on CUDA for one group) gives the same groups, and
+/// its table holds every key's rows.
 fn check_key_samples<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
@@ -252,12 +281,17 @@ fn check_key_samples<K: Key + Arbitrary>(test: &str) {
                 want.iter()
                     .all(|g| g.top <= g.rows && g.pairs <= g.rows * g.rows)
             );
+            let on_cpu = cpu.upload(&keys).unwrap();
+            let (groups, table) = cpu.sample_runs_and_chained_table(&on_cpu, samples).unwrap();
+            prop_assert_eq!(&groups, &want);
+            check_chained_table(&cpu, &keys, &table)?;
             #[cfg(feature = "cuda")]
             if let Some(g) = &gpu {
-                let got = g
-                    .sample_runs(&joinkit::Backend::upload(g, &keys).unwrap(), samples)
-                    .unwrap();
-                prop_assert_eq!(got, want);
+                let on_gpu = joinkit::Backend::upload(g, &keys).unwrap();
+                prop_assert_eq!(&g.sample_runs(&on_gpu, samples).unwrap(), &want);
+                let (groups, table) = g.sample_runs_and_chained_table(&on_gpu, samples).unwrap();
+                prop_assert_eq!(&groups, &want);
+                check_chained_table(g, &keys, &table)?;
             }
             Ok(())
         })

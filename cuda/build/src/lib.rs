@@ -142,18 +142,26 @@ pub fn extra_flags() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Folders of shared device headers: this crate's caller's `include/` (if any) and the joinkit
-/// runtime's `include/`, which `joinkit-cuda` exports as `DEP_JOINKIT_CUDA_INCLUDE`.
+/// Folders of shared device headers: this crate's caller's `include/` (if any) and those its
+/// joinkit dependencies export, `DEP_JOINKIT_<LINKS>_INCLUDE` (the runtime's
+/// `DEP_JOINKIT_CUDA_INCLUDE`, the hash tables' `DEP_JOINKIT_HASHTABLE_INCLUDE`), in name order.
 pub fn joinkit_include_dirs(manifest_dir: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     let own = manifest_dir.join("include");
     if own.is_dir() {
         dirs.push(own);
     }
-    if let Some(dep) = env::var_os("DEP_JOINKIT_CUDA_INCLUDE") {
-        let dep = PathBuf::from(dep);
-        if !dirs.contains(&dep) {
-            dirs.push(dep);
+    let mut exported: Vec<(String, PathBuf)> = env::vars_os()
+        .filter_map(|(name, dir)| {
+            let name = name.into_string().ok()?;
+            (name.starts_with("DEP_JOINKIT_") && name.ends_with("_INCLUDE"))
+                .then(|| (name, PathBuf::from(dir)))
+        })
+        .collect();
+    exported.sort();
+    for (_, dir) in exported {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
         }
     }
     dirs

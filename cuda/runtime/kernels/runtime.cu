@@ -69,12 +69,17 @@ extern "C" __global__ void unpack_ids(uint64_t* out, uint64_t n, const uint32_t*
     out[i] = unpack_id(packed[i], shift, mask);
 }
 
-// One element stored into a page-locked host word by the GPU itself: the host reads it after
-// a synchronization. A store over the link, not a copy-engine transfer, so a read-back never
-// waits behind bulk copies that other streams have queued in the same direction.
-extern "C" __global__ void read_element_u32(const uint32_t* src, uint64_t i, uint32_t* host) {
-  *reinterpret_cast<volatile uint32_t*>(host) = src[i];
-}
-extern "C" __global__ void read_element_u64(const uint64_t* src, uint64_t i, uint64_t* host) {
+// One element stored into a page-locked host word by the GPU itself, then posted with the
+// host's ticket in the next word (CudaBackend::read_element, posted_words). A store over the
+// link, not a copy-engine transfer, so a read-back never waits behind bulk copies that other
+// streams have queued in the same direction.
+extern "C" __global__ void read_element_u32(const uint32_t* src, uint64_t i, uint64_t* host,
+                                            uint64_t ticket) {
   *reinterpret_cast<volatile uint64_t*>(host) = src[i];
+  joinkit::post_ticket(host + 1, ticket);
+}
+extern "C" __global__ void read_element_u64(const uint64_t* src, uint64_t i, uint64_t* host,
+                                            uint64_t ticket) {
+  *reinterpret_cast<volatile uint64_t*>(host) = src[i];
+  joinkit::post_ticket(host + 1, ticket);
 }

@@ -46,9 +46,9 @@ pub use cpu::{
 };
 #[cfg(feature = "cuda")]
 pub use cuda::{
-    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, NO_STAGING_ENV, PinnedBuffer,
-    STAGED_MIN_BYTES, STAGING_BUFFERS, STAGING_CHUNK_BYTES, Scratch, StagingBuffer, cudarc,
-    device_count, driver, driver_present,
+    CudaBackend, DeviceBuffer, DeviceInfo, KernelModule, NO_STAGING_ENV, POSTED_WORDS,
+    PinnedBuffer, STAGED_MIN_BYTES, STAGING_BUFFERS, STAGING_CHUNK_BYTES, Scratch, StagingBuffer,
+    cudarc, device_count, driver, driver_present,
 };
 pub use device::{DEVICE_ENV, Device};
 pub use element::{DeviceElement, Element, Key, bit_cast_slice, bit_cast_vec};

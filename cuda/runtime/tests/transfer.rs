@@ -1,10 +1,10 @@
 //! Large uploads and downloads on CUDA go through the backend's ring of pinned staging
 //! buffers: every size around its thresholds and chunk boundaries round-trips, at both widths,
 //! and from several threads at once, rayon jobs included (one may start a transfer inside
-//! another's parallel copy, on the same thread). GPU-only: skipped visibly without a GPU.
+//! another's parallel copy, on the same thread); words the device posts to the host. GPU-only:
+//! skipped visibly without a GPU.
 #![cfg(feature = "cuda")]
 
-use joinkit_cuda::cudarc;
 use joinkit_cuda::testing::{POISON_U64, cuda_or_skip};
 use joinkit_cuda::{
     Backend, CudaBackend, Element, NO_STAGING_ENV, STAGED_MIN_BYTES, STAGING_BUFFERS,
@@ -167,87 +167,33 @@ fn threads_share_the_staging_ring() {
     }
 }
 
-/// `download_beside` returns what its second stream wrote (here copied from a buffer), while
-/// the work queued meanwhile on the backend's stream writes another buffer: small outputs
-/// (into mapped host words, beside the work) and larger ones (a device buffer, written and
-/// downloaded first), at both widths; each closure runs once, and their errors are returned
-/// once the second stream's work is over.
+/// `posted_words` refuses no poster and more words than it has, returns `queue`'s error, and
+/// reports work that ends without posting as an error instead of waiting for it forever; the
+/// posting itself is what every `read_element` (tested above) goes through.
 #[test]
-fn downloads_beside_the_work_queued_meanwhile() {
-    let Some(b) = cuda_or_skip("downloads_beside_the_work_queued_meanwhile") else {
+fn posted_words_never_wait_for_work_that_does_not_post() {
+    let Some(b) = cuda_or_skip("posted_words_never_wait_for_work_that_does_not_post") else {
         return;
     };
-    fn copy_beside<T: Element>(
-        src: &joinkit_cuda::DeviceBuffer<T>,
-    ) -> impl FnOnce(
-        &std::sync::Arc<cudarc::driver::CudaStream>,
-        cudarc::driver::sys::CUdeviceptr,
-    ) -> joinkit_cuda::Result<()> {
-        move |stream, out| {
-            let bytes = src.len() * size_of::<T>();
-            // SAFETY: `out` holds the buffer's length (download_beside's contract); the copy
-            // is ordered on `stream`, which download_beside orders after the upload and waits
-            // for before it returns.
-            unsafe {
-                cudarc::driver::sys::cuMemcpyDtoDAsync_v2(
-                    out,
-                    src.device_ptr(),
-                    bytes,
-                    stream.cu_stream(),
-                )
-            }
-            .result()
-            .map_err(|e| joinkit_cuda::Error::Driver {
-                op: "copying on the second stream",
-                message: format!("{e:?}"),
-            })
-        }
-    }
-    fn check<T: Element>(b: &CudaBackend, n: usize) {
-        let want = data::<T>(n, n as u64);
-        let buf = b.upload(&want).unwrap();
-        let mut other = b.alloc::<T>(n).unwrap();
-        let mut runs = 0;
-        let (got, ()) = b
-            .download_beside::<T, _>(n, copy_beside(&buf), || {
-                runs += 1;
-                b.fill(&mut other, T::from_bits(POISON_U64))
-            })
-            .unwrap();
-        assert_eq!(runs, 1);
-        assert!(got == want, "{n} elements of {} bits", T::BITS);
-        let filled = b.download(&other).unwrap();
-        assert!(
-            filled
-                .iter()
-                .all(|x| x.to_bits() == T::from_bits(POISON_U64).to_bits())
-        );
-    }
-    for n in [0, 1, 3, 511, 512, 1023, 1024, 1025, 100_000] {
-        check::<u32>(&b, n);
-        check::<u64>(&b, n);
-    }
-    let buf = b.upload(&[1u64, 2, 3]).unwrap();
-    let failed =
-        b.download_beside::<u64, ()>(3, copy_beside(&buf), || -> joinkit_cuda::Result<()> {
-            Err(joinkit_cuda::Error::InvalidArgument("meanwhile".into()))
-        });
+    use joinkit_cuda::{Error, POSTED_WORDS};
+    let queued_nothing = |_: &_, _, _| Ok(());
     assert!(matches!(
-        failed,
-        Err(joinkit_cuda::Error::InvalidArgument(_))
+        b.posted_words(3, 0, queued_nothing),
+        Err(Error::InvalidArgument(_))
     ));
-    let refused = b.download_beside::<u64, ()>(
-        3,
-        |_, _| Err(joinkit_cuda::Error::InvalidArgument("beside".into())),
-        || Ok(()),
-    );
     assert!(matches!(
-        refused,
-        Err(joinkit_cuda::Error::InvalidArgument(_))
+        b.posted_words(POSTED_WORDS, 1, queued_nothing),
+        Err(Error::InvalidArgument(_))
     ));
-    assert_eq!(
-        b.download_beside::<u64, _>(3, copy_beside(&buf), || Ok(5))
-            .unwrap(),
-        (vec![1, 2, 3], 5)
-    );
+    assert!(matches!(
+        b.posted_words(3, 1, |_, _, _| Err(Error::InvalidArgument("queue".into()))),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Work is queued (a fill) but never posts: an error once the stream has run it.
+    let mut buf = b.alloc::<u64>(1 << 20).unwrap();
+    let fill = |_: &_, _, _| b.fill(&mut buf, 7);
+    assert!(matches!(b.posted_words(3, 1, fill), Err(Error::Corrupt(_))));
+    // Reads after those go on as before.
+    let v = b.upload(&[5u64, 6, 7]).unwrap();
+    assert_eq!(b.read_element(&v.view(), 2).unwrap(), 7);
 }

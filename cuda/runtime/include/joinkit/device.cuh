@@ -80,4 +80,12 @@ __device__ __forceinline__ uint64_t atomic_exch_u64(uint64_t* p, uint64_t v) {
   return atomicExch(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
+// Posts words already stored into mapped host memory (CudaBackend::posted_words): a fence that
+// makes them visible to the host first, then the host's ticket in this poster's ticket word.
+// One thread a poster calls it, after its own stores of the words.
+__device__ __forceinline__ void post_ticket(uint64_t* ticket_word, uint64_t ticket) {
+  __threadfence_system();
+  *reinterpret_cast<volatile uint64_t*>(ticket_word) = ticket;
+}
+
 }  // namespace joinkit

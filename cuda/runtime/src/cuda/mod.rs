@@ -11,7 +11,7 @@ mod staging;
 mod transfer;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 
 pub use cudarc;
@@ -112,24 +112,20 @@ struct Inner {
     /// Freed allocations kept for reuse (see [`CudaBackend::set_buffer_cache_limit`]).
     cache: Arc<BufferCache>,
     functions: Mutex<HashMap<(usize, &'static str), LoadedKernel>>,
-    /// The page-locked word [`CudaBackend::read_element`] has the GPU store into (made on
-    /// first use); the lock also keeps two threads' reads apart.
-    readback: Mutex<Option<MappedWords>>,
     /// Pinned buffers that large uploads and downloads go through (see `transfer`); one
     /// transfer at a time holds them.
     staging: Mutex<StagingRing>,
-    /// What [`CudaBackend::download_beside`] runs on (made on first use); one such download at
-    /// a time holds it.
-    overlapped: Mutex<Option<Overlapped>>,
+    /// What [`CudaBackend::posted_words`] reads (made on first use); one such read at a time
+    /// holds it.
+    posted: Mutex<Option<Posted>>,
 }
 
-/// The second stream of [`CudaBackend::download_beside`], the mapped words its work writes,
-/// and its two events: where the second stream starts, where its work ends.
+/// The mapped words [`CudaBackend::posted_words`] has the device write, the last ticket it
+/// handed out, and the event that tells it the posting work has ended.
 #[derive(Debug)]
-struct Overlapped {
+struct Posted {
     words: MappedWords,
-    stream: Arc<CudaStream>,
-    forked: cudarc::driver::CudaEvent,
+    ticket: u64,
     done: cudarc::driver::CudaEvent,
 }
 
@@ -137,9 +133,11 @@ struct Overlapped {
 /// ([`CudaBackend::function_with_dynamic_shared`]).
 type LoadedKernel = (CudaFunction, bool);
 
-/// Bytes [`CudaBackend::download_beside`] has written into mapped host words (more are written
-/// and downloaded before the work that would overlap them).
-const OVERLAPPED_DOWNLOAD_BYTES: usize = 4096;
+/// Mapped host words [`CudaBackend::posted_words`] offers (4 KiB): words and tickets together.
+pub const POSTED_WORDS: usize = 512;
+
+/// Polls of the tickets between two queries of whether the posting work has ended.
+const POLLS_PER_QUERY: u32 = 64;
 
 /// Page-locked host words mapped into the device's address space.
 #[derive(Debug)]
@@ -150,8 +148,8 @@ struct MappedWords {
     device: sys::CUdeviceptr,
 }
 
-// SAFETY: the words are only read under the backend's locks, after the work storing into them
-// was waited for.
+// SAFETY: the words are only read under the backend's lock, once the work storing into them
+// has posted them (`CudaBackend::posted_words`).
 unsafe impl Send for MappedWords {}
 
 /// The CUDA backend: a device, a stream all its work is queued on, and memory accounting.
@@ -307,9 +305,8 @@ impl CudaBackend {
                 memory,
                 cache,
                 functions: Mutex::default(),
-                readback: Mutex::default(),
                 staging: Mutex::new(StagingRing::new()),
-                overlapped: Mutex::default(),
+                posted: Mutex::default(),
             }),
         })
     }
@@ -606,10 +603,11 @@ impl Scalar {
 }
 
 impl CudaBackend {
-    /// Element `i` of `view`, read back: one synchronization of the stream. The GPU stores the
-    /// element into a page-locked word itself, so the read never queues on the copy engines
-    /// behind bulk copies of other streams (a streamed join's outputs going back to the host
-    /// while the next chunk's probe reads its count).
+    /// Element `i` of `view`, read back once the work queued before it is done. The GPU stores
+    /// the element into a page-locked word itself and posts it ([`CudaBackend::posted_words`]),
+    /// so the read never queues on the copy engines behind bulk copies of other streams (a
+    /// streamed join's outputs going back to the host while the next chunk's probe reads its
+    /// count).
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`] when `i` is past the view; driver errors.
@@ -621,17 +619,6 @@ impl CudaBackend {
                 len: view.len(),
             });
         }
-        let mut word = self
-            .inner
-            .readback
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if word.is_none() {
-            *word = Some(self.mapped_words(1)?);
-        }
-        let Some(word) = word.as_ref() else {
-            return Err(Error::Corrupt("no read-back word".into()));
-        };
         let name = if T::BITS == 32 {
             "read_element_u32"
         } else {
@@ -640,93 +627,104 @@ impl CudaBackend {
         let f = self.function(&RUNTIME_KERNELS, name)?;
         let (src, _guard) = view.device_ptr(self.stream());
         let at = i as u64;
-        let mut b = self.stream().launch_builder(&f);
-        b.arg(&src).arg(&at).arg(&word.device);
-        // SAFETY: the kernel reads element `i` of `view` (checked above) and stores it into
-        // the mapped word, which holds 8 bytes.
-        unsafe { b.launch(LaunchConfig::for_num_elems(1)) }
-            .map_err(|e| driver_error("launching a read-back", e))?;
-        self.synchronize()?;
-        // SAFETY: the word is 8 bytes of plain old data, written by the kernel that the
-        // synchronization above waited for; `T` is at most 8 bytes and its low bytes come
-        // first (the kernel stored a `T` at the word's address).
-        Ok(unsafe { std::ptr::read_volatile(word.host.cast::<T>()) })
+        let words = self.posted_words(1, 1, |stream, words, ticket| {
+            let mut b = stream.launch_builder(&f);
+            b.arg(&src).arg(&at).arg(&words).arg(&ticket);
+            // SAFETY: the kernel reads element `i` of `view` (checked above) and writes the
+            // two mapped words posted_words gives room for (the element, then the ticket).
+            unsafe { b.launch(LaunchConfig::for_num_elems(1)) }
+                .map(drop)
+                .map_err(|e| driver_error("launching a read-back", e))
+        })?;
+        Ok(T::from_bits(words[0]))
     }
 
-    /// Work queued by `beside` on a second stream of this backend, beside what `meanwhile`
-    /// queues on the backend's own stream, and the `len` elements of `T` that `beside`'s work
-    /// writes at the device address it is given, read on the host: the two run on the device
-    /// side by side (a plan's one-block key sample beside a hash table's build, which then no
-    /// longer waits for it), and this thread waits for `beside`'s work alone. The second stream
-    /// starts after the work queued so far on the backend's, and its work is over when this
-    /// returns (`beside`'s work must only read device memory). Up to 4 KiB are written straight
-    /// into page-locked host words mapped into the device (no allocation, no copy: each of
-    /// those is a driver call on the plan's path); more go to a device buffer, written and
-    /// downloaded on the backend's stream before `meanwhile` runs. `meanwhile` must not itself
-    /// call this method on the same backend (the words stay held until the work is waited
-    /// for).
+    /// Words that work queued by `queue` on the backend's stream writes into page-locked host
+    /// memory mapped into the device, read as soon as the work posts them, while the rest of
+    /// what it queued goes on: a plan's key sample is read while the hash table that the same
+    /// launch builds is still being built. `queue` gets the words' device address and a ticket;
+    /// its work writes the `len` words, then, for each of `posts` posters (one a block that
+    /// writes words), a system-wide fence and the ticket at word `len + poster`
+    /// (`joinkit::post_ticket` in `joinkit/device.cuh`). This thread spins on the tickets (no
+    /// driver call: a synchronization costs more than the sample takes) and checks now and then
+    /// whether the work has ended without posting, which is an error, never a hang. Tickets
+    /// grow with every call, so a late post of an earlier call is never taken for this one's.
+    /// `queue` must not call this method on the same backend (the words are held until read).
     ///
     /// # Errors
-    /// Allocation and driver errors, and `beside`'s and `meanwhile`'s (the second stream is
-    /// waited for either way).
-    pub fn download_beside<T: Element, R>(
+    /// [`Error::InvalidArgument`] for no poster or more than [`POSTED_WORDS`] words and
+    /// tickets; [`Error::Corrupt`] when the work ended without posting; allocation and
+    /// driver errors, and `queue`'s.
+    pub fn posted_words(
         &self,
         len: usize,
-        beside: impl FnOnce(&Arc<CudaStream>, sys::CUdeviceptr) -> Result<()>,
-        meanwhile: impl FnOnce() -> Result<R>,
-    ) -> Result<(Vec<T>, R)> {
-        let bytes = len * size_of::<T>();
-        if bytes == 0 || bytes > OVERLAPPED_DOWNLOAD_BYTES {
-            let buf = self.alloc::<T>(len)?;
-            beside(self.stream(), buf.device_ptr())?;
-            let host = self.download(&buf)?;
-            return Ok((host, meanwhile()?));
+        posts: usize,
+        queue: impl FnOnce(&Arc<CudaStream>, sys::CUdeviceptr, u64) -> Result<()>,
+    ) -> Result<Vec<u64>> {
+        if posts == 0 || len.saturating_add(posts) > POSTED_WORDS {
+            return Err(Error::InvalidArgument(format!(
+                "{len} posted words and {posts} tickets: at least one ticket, at most \
+                 {POSTED_WORDS} words in all"
+            )));
         }
-        let mut overlapped = self
+        let mut posted = self
             .inner
-            .overlapped
+            .posted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if overlapped.is_none() {
-            *overlapped = Some(self.overlapped()?);
+        if posted.is_none() {
+            *posted = Some(self.posting()?);
         }
-        let Some(o) = overlapped.as_ref() else {
-            return Err(Error::Corrupt("no pinned words".into()));
+        let Some(p) = posted.as_mut() else {
+            return Err(Error::Corrupt("no mapped words".into()));
         };
-        // Everything queued before first (the inputs of `beside`'s work).
-        o.forked
+        p.ticket += 1;
+        let ticket = p.ticket;
+        queue(self.stream(), p.words.device, ticket)?;
+        p.done
             .record(self.stream())
-            .and_then(|()| o.stream.wait(&o.forked))
-            .map_err(|e| driver_error("ordering two streams", e))?;
-        let queued = beside(&o.stream, o.words.device);
-        let done = o.done.record(&o.stream);
-        let r = queued.and_then(|()| meanwhile());
-        // Whatever failed, `beside`'s work is over before this returns (so the backend's
-        // stream need not wait for it: its output is on the host, its inputs were only read).
-        done.and_then(|()| o.done.synchronize())
-            .map_err(|e| driver_error("waiting for an event", e))?;
-        let r = r?;
-        // SAFETY: `beside`'s work wrote `len` elements of `T` (plain old data, at most 8 bytes,
-        // so the u64 words are aligned for it) into the mapped words, and has completed.
-        let out = unsafe { std::slice::from_raw_parts(o.words.host.cast::<T>(), len) }.to_vec();
-        Ok((out, r))
+            .map_err(|e| driver_error("recording an event", e))?;
+        let word = |i: usize| {
+            // SAFETY: the mapped allocation holds POSTED_WORDS words (len + posts checked
+            // above); the device writes them concurrently, hence volatile reads of whole
+            // aligned words.
+            unsafe { std::ptr::read_volatile(p.words.host.add(i)) }
+        };
+        let tickets_posted = || (len..len + posts).all(|i| word(i) == ticket);
+        let mut polls = 0u32;
+        while !tickets_posted() {
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(POLLS_PER_QUERY)
+                && p.done
+                    .try_is_complete()
+                    .map_err(|e| driver_error("waiting for posted words", e))?
+                && !tickets_posted()
+            {
+                return Err(Error::Corrupt(
+                    "the work queued to post words ended without posting them".into(),
+                ));
+            }
+            std::hint::spin_loop();
+        }
+        // The words were written before their tickets (the device's system-wide fence): read
+        // them after the tickets.
+        fence(Ordering::Acquire);
+        Ok((0..len).map(word).collect())
     }
 
-    /// What [`CudaBackend::download_beside`] runs on: a stream, two events, the mapped words.
-    fn overlapped(&self) -> Result<Overlapped> {
-        let stream = (self.inner.ctx)
-            .new_stream()
-            .map_err(|e| driver_error("creating a stream", e))?;
-        let event = || {
-            (self.inner.ctx)
-                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                .map_err(|e| driver_error("creating an event", e))
-        };
-        Ok(Overlapped {
-            words: self.mapped_words(OVERLAPPED_DOWNLOAD_BYTES / 8)?,
-            stream,
-            forked: event()?,
-            done: event()?,
+    /// What [`CudaBackend::posted_words`] reads: the mapped words and an event.
+    fn posting(&self) -> Result<Posted> {
+        let done = (self.inner.ctx)
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| driver_error("creating an event", e))?;
+        let words = self.mapped_words(POSTED_WORDS)?;
+        // SAFETY: the allocation holds POSTED_WORDS words, written by no device work yet;
+        // zeroed, no ticket (from 1 up) reads as posted before its work posts it.
+        unsafe { std::ptr::write_bytes(words.host.cast_mut(), 0, POSTED_WORDS) };
+        Ok(Posted {
+            words,
+            ticket: 0,
+            done,
         })
     }
 
