@@ -4,9 +4,11 @@
 //! join's phases for `Auto`, SMJ-OM and NPHJ-chained at 2^18 and 2^20 rows of 4, 8 and 16 a
 //! key (median of 41 or 101 runs, the host clock and the joins' own CUDA events).
 //!
-//! To run: copy into `joins/tests/`, `cargo test --release --features cuda -p joinkit --test
-//! plan_pieces --no-run`, and on the GPU machine `plan_pieces --nocapture --test-threads 1`
-//! (`ncu --kernel-name regex:sample_runs` around it for the kernels' own times).
+//! Brought up to date with `SampleRuns::sample_runs_and_chained_table` (fifteenth session: the
+//! sample and the table in one launch). To run: copy into `joins/tests/`, `cargo test --release --features cuda -p joinkit --test
+//! plan_pieces --no-run`, and on the GPU machine `plan_pieces --nocapture --test-threads 1`;
+//! for the kernels' own times, `ncu --kernel-name regex:sample plan_pieces sample_kernels`
+//! (the key sample alone and beside the chained build, twice at 2^18 and 2^20 rows).
 #![cfg(feature = "cuda")]
 use std::time::Instant;
 
@@ -73,15 +75,13 @@ fn plan_cost() {
                 drop(tb);
                 b.synchronize().unwrap();
                 let t = Instant::now();
-                let (_g, tb) = b
-                    .sample_runs_while(&r, s, || b.build_table(&r, &TableConfig::chained()))
-                    .unwrap();
+                let (_g, tb) = b.sample_runs_and_chained_table(&r, s).unwrap();
                 b.synchronize().unwrap();
                 both.push(t.elapsed().as_secs_f64() * 1e6);
                 drop(tb);
             }
             println!(
-                "2^{n} m={m} samples={s}: sample_runs host {:.1} us; chained build host {:.1} us events {:.1} us; sample beside build + sync host {:.1} us",
+                "2^{n} m={m} samples={s}: sample_runs host {:.1} us; chained build host {:.1} us events {:.1} us; sample and chained table + sync host {:.1} us",
                 med(sw),
                 med(bw),
                 med(bt),
@@ -180,6 +180,21 @@ fn plan_pieces() {
                 })
             );
         }
+        let s = right_sample_rows(rows);
+        println!(
+            "2^{n} sample_runs_and_chained_table({s}), until the sample is read: {:.1} us",
+            host(&mut || {
+                drop(b.sample_runs_and_chained_table(&r, s).unwrap());
+            })
+        );
+        println!(
+            "2^{n} sample_runs_and_chained_table({s}) + sync: {:.1} us",
+            host(&mut || {
+                let t = b.sample_runs_and_chained_table(&r, s).unwrap();
+                b.synchronize().unwrap();
+                drop(t);
+            })
+        );
         println!(
             "2^{n} build chained, no sync: {:.1} us",
             host(&mut || {
@@ -194,5 +209,22 @@ fn plan_pieces() {
                 drop(t);
             })
         );
+    }
+}
+
+#[test]
+fn sample_kernels() {
+    let Some(b) = joinkit_cuda::testing::cuda_or_skip("sample_kernels") else {
+        return;
+    };
+    for n in [18usize, 20] {
+        let rows = 1usize << n;
+        let r = b.upload(&keys(rows, 16, 1)).unwrap();
+        let s = right_sample_rows(rows);
+        for _ in 0..2 {
+            b.sample_runs(&r, s).unwrap();
+            drop(b.sample_runs_and_chained_table(&r, s).unwrap());
+            b.synchronize().unwrap();
+        }
     }
 }
