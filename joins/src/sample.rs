@@ -133,6 +133,10 @@ mod cuda {
         SAMPLE_GROUP_ROWS * size_of::<K>() + SLOTS * size_of::<u32>()
     }
 
+    /// What a refused cooperative launch of the sample and the build is reported as (the plan
+    /// then samples and builds in turn).
+    const COOPERATIVE_LAUNCH: &str = "launching the key sample beside the chained build";
+
     fn launch_error(e: impl std::fmt::Debug) -> Error {
         Error::Driver {
             op: "launching the key-sample kernel",
@@ -214,11 +218,14 @@ mod cuda {
             // Every block resident at once (the kernel synchronizes its grid), one of them the
             // sample's.
             let resident = u64::from(per_sm) * u64::from(self.info().sm_count);
+            let one_after_the_other = || {
+                let groups = self.sample_runs(keys, samples as usize)?;
+                Ok((groups, self.build_table(keys, &TableConfig::chained())?))
+            };
             if groups != 1 || resident < 2 {
                 // More than one group (a sample past SAMPLE_GROUP_ROWS), or no room for two
                 // blocks: the sample, then the table.
-                let groups = self.sample_runs(keys, samples as usize)?;
-                return Ok((groups, self.build_table(keys, &TableConfig::chained())?));
+                return one_after_the_other();
             }
             // SAFETY: the launch below empties every head and inserts every key before
             // anything queued after it on the stream reads the table.
@@ -231,7 +238,7 @@ mod cuda {
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: smem as u32,
             };
-            let words = self.posted_words(3, 1, |stream, out, ticket| {
+            let posted = self.posted_words(3, 1, |stream, out, ticket| {
                 let mut args = stream.launch_builder(&f);
                 args.arg(&raw).arg(&samples).arg(&out).arg(&ticket);
                 // SAFETY: `raw` holds the table's `capacity` heads, one chain entry a key and
@@ -241,9 +248,24 @@ mod cuda {
                 // synchronization needs.
                 unsafe { args.launch_cooperative(config) }
                     .map(drop)
-                    .map_err(launch_error)
-            })?;
-            Ok((groups_of(&words), table))
+                    .map_err(|e| Error::Driver {
+                        op: COOPERATIVE_LAUNCH,
+                        message: format!("{e:?}"),
+                    })
+            });
+            match posted {
+                Ok(words) => Ok((groups_of(&words), table)),
+                // A device shared with other processes (MPS) may refuse a grid that fills
+                // every SM: nothing was queued; the two launches need no co-residency.
+                Err(Error::Driver {
+                    op: COOPERATIVE_LAUNCH,
+                    ..
+                }) => {
+                    drop(table);
+                    one_after_the_other()
+                }
+                Err(e) => Err(e),
+            }
         }
     }
 }
