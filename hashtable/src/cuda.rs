@@ -532,31 +532,32 @@ pub fn mark_matched<K: Key>(
 }
 
 /// A chained table ([`TableConfig::chained`]'s layout, `config`'s capacity and seed) on `keys`
-/// whose bucket heads and chain entries are allocated but not yet written, for a kernel of
-/// another crate to build inside a launch of its own: `Auto`'s plan builds the table in the
-/// launch of its key sample, one launch where the fill, the build and the sample took three.
-/// The kernel empties every head (`joinkit::ht::kEmptyRow`), synchronizes its grid, then
-/// pushes every key with `ChainedTable::insert` (`joinkit/hashtable.cuh`).
+/// whose bucket heads are emptied (queued on the backend's stream) and whose chains are not yet
+/// written, for a kernel of another crate to build inside a launch of its own: `Auto`'s plan
+/// pushes the keys in the launch of its key sample. The kernel pushes every key with
+/// `ChainedTable::insert` (`joinkit/hashtable.cuh`).
 ///
 /// # Safety
-/// The table must not be probed or read before such a kernel, queued on the backend's stream,
-/// has written every head and chain entry (dropping it needs nothing).
+/// The table must not be probed or read before such a kernel, queued on the backend's stream
+/// after this call, has pushed every key (dropping it needs nothing).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `config` is not chained; capacity and allocation errors.
-pub unsafe fn unbuilt_chained_table<'k, K: Key>(
+/// [`Error::InvalidArgument`] when `config` is not chained; capacity, allocation and launch
+/// errors.
+pub unsafe fn chained_table_to_build<'k, K: Key>(
     b: &CudaBackend,
     keys: &'k DeviceBuffer<K>,
     config: &TableConfig,
 ) -> Result<HashTable<'k, CudaBackend, K>> {
     if config.kind() != TableKind::Chained {
         return Err(Error::InvalidArgument(format!(
-            "an unbuilt chained table of a {:?} configuration",
+            "a chained table to build from a {:?} configuration",
             config.kind()
         )));
     }
     let capacity = config.capacity_for(keys.len())?;
-    let heads = b.alloc::<u32>(capacity)?;
+    let mut heads = b.alloc::<u32>(capacity)?;
+    b.fill(&mut heads, EMPTY_ROW)?;
     let next = b.alloc::<u32>(keys.len())?;
     Ok(HashTable {
         storage: Storage::Chained { heads, next },
@@ -577,12 +578,8 @@ impl HashTables for CudaBackend {
         config: &TableConfig,
     ) -> Result<HashTable<'k, Self, K>> {
         if config.kind() == TableKind::Chained {
-            // SAFETY: the fill and the build below write every head and chain entry before
-            // the table is returned.
-            let mut table = unsafe { unbuilt_chained_table(self, keys, config) }?;
-            if let Storage::Chained { heads, .. } = &mut table.storage {
-                self.fill(heads, EMPTY_ROW)?;
-            }
+            // SAFETY: the build below pushes every key before the table is returned.
+            let table = unsafe { chained_table_to_build(self, keys, config) }?;
             if keys.is_empty() {
                 return Ok(table);
             }

@@ -10,7 +10,6 @@
 // The host reads a group's words as soon as its block posts them (CudaBackend::posted_words),
 // which lets one launch sample and build NPHJ-chained's table (sample_and_build_chained).
 #include <stdint.h>
-#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 #include "joinkit/device.cuh"
 #include "joinkit/hash.cuh"
@@ -151,18 +150,16 @@ __device__ void sample_runs(const K* keys, uint64_t n, uint64_t samples, uint64_
 }
 
 // Auto's plan in one launch (src/sample.rs, sample_runs_and_chained_table): block 0 samples the
-// keys (one group) while the other blocks build NPHJ-chained's table on them (joinkit-hashtable's
-// unbuilt_chained_table). Every block empties its share of the heads, the grid synchronizes
-// (the launch is cooperative, every block resident), then block 0 samples and posts while the
-// rest push the keys on their chains. Three launches before (the sample, the heads' fill, the
-// build), 4.6 us of host time each on the H200 machines, each as long as the sample itself.
+// keys (one group) and posts them while the other blocks push the same keys on the chains of
+// NPHJ-chained's table, whose heads were emptied before the launch (joinkit-hashtable's
+// chained_table_to_build). The sample, the heads' fill and the build were three launches, 4.6 us
+// of host time each on the H200 machines. No grid-wide synchronization: a launch that needs
+// every block resident can wait forever for SMs held by another rank's kernels on a shared GPU
+// (a cooperative version hung the distributed tests whose ranks share one GPU).
 template <typename K>
 __device__ void sample_and_build_chained(const joinkit::ht::RawTable& raw, uint64_t samples,
                                          uint64_t* out, uint64_t ticket) {
   const joinkit::ht::ChainedTable<K> table(raw);
-  for (uint64_t b = joinkit::global_thread_id(); b < table.buckets; b += joinkit::grid_stride())
-    table.heads[b] = joinkit::ht::kEmptyRow;
-  cooperative_groups::this_grid().sync();
   if (blockIdx.x == 0) {
     sample_runs<K>(table.keys, table.rows, samples, 1, 0, out, ticket);
     return;

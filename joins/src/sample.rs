@@ -46,9 +46,9 @@ pub trait SampleRuns: HashTables {
     /// [`SampleRuns::sample_runs`] of `keys`, and the chained hash table on them
     /// ([`TableConfig::chained`]) that NPHJ-chained probes: `Auto`'s plan when its choice is
     /// that join or SMJ-OM, which keeps the table if it runs NPHJ-chained. On CUDA, for one
-    /// group's sample, one cooperative launch whose first block samples while the others build
-    /// (`kernels/sample.cu`), the sample read as soon as it is posted while the build goes on;
-    /// otherwise the sample, then the table.
+    /// group's sample, the heads' fill and one launch whose first block samples while the
+    /// others build (`kernels/sample.cu`), the sample read as soon as it is posted while the
+    /// build goes on; otherwise the sample, then the table.
     ///
     /// # Errors
     /// As [`SampleRuns::sample_runs`] and [`HashTables::build_table`].
@@ -116,7 +116,7 @@ impl SampleRuns for CpuBackend {
 mod cuda {
     use joinkit_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
     use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, Key, Result};
-    use joinkit_hashtable::cuda::{raw_table, unbuilt_chained_table};
+    use joinkit_hashtable::cuda::{chained_table_to_build, raw_table};
     use joinkit_hashtable::{HashTable, HashTables, TableConfig};
 
     use super::{SAMPLE_GROUP_ROWS, SampleGroup, layout};
@@ -132,10 +132,6 @@ mod cuda {
     fn sample_shared_bytes<K: Key>() -> usize {
         SAMPLE_GROUP_ROWS * size_of::<K>() + SLOTS * size_of::<u32>()
     }
-
-    /// What a refused cooperative launch of the sample and the build is reported as (the plan
-    /// then samples and builds in turn).
-    const COOPERATIVE_LAUNCH: &str = "launching the key sample beside the chained build";
 
     fn launch_error(e: impl std::fmt::Debug) -> Error {
         Error::Driver {
@@ -205,67 +201,42 @@ mod cuda {
             samples: usize,
         ) -> Result<(Vec<SampleGroup>, HashTable<'k, Self, K>)> {
             let (samples, groups) = layout(samples, keys.len())?;
+            if groups != 1 {
+                // No sample, or more than one group (past SAMPLE_GROUP_ROWS): the sample, then
+                // the table.
+                let groups = self.sample_runs(keys, samples as usize)?;
+                return Ok((groups, self.build_table(keys, &TableConfig::chained())?));
+            }
             let name = if K::BITS == 32 {
                 "sample_and_build_chained_u32"
             } else {
                 "sample_and_build_chained_u64"
             };
             let f = self.function_with_dynamic_shared(&crate::KERNELS, name)?;
-            let smem = sample_shared_bytes::<K>();
-            let per_sm = f
-                .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
-                .map_err(launch_error)?;
-            // Every block resident at once (the kernel synchronizes its grid), one of them the
-            // sample's.
-            let resident = u64::from(per_sm) * u64::from(self.info().sm_count);
-            let one_after_the_other = || {
-                let groups = self.sample_runs(keys, samples as usize)?;
-                Ok((groups, self.build_table(keys, &TableConfig::chained())?))
-            };
-            if groups != 1 || resident < 2 {
-                // More than one group (a sample past SAMPLE_GROUP_ROWS), or no room for two
-                // blocks: the sample, then the table.
-                return one_after_the_other();
-            }
-            // SAFETY: the launch below empties every head and inserts every key before
+            // SAFETY: the launch below, queued after the heads' fill, pushes every key before
             // anything queued after it on the stream reads the table.
-            let table = unsafe { unbuilt_chained_table(self, keys, &TableConfig::chained()) }?;
+            let table = unsafe { chained_table_to_build(self, keys, &TableConfig::chained()) }?;
             let raw = raw_table(&table);
-            let items = raw.capacity.max(raw.rows);
-            let builders = items.div_ceil(u64::from(THREADS)).clamp(1, resident - 1);
+            // Every block has the sample's shared memory, so one or two fit an SM: a
+            // grid-stride loop over as many as the device holds at once.
+            let resident = 2 * u64::from(self.info().sm_count);
+            let builders = raw.rows.div_ceil(u64::from(THREADS)).clamp(1, resident);
             let config = LaunchConfig {
                 grid_dim: (builders as u32 + 1, 1, 1),
                 block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: smem as u32,
+                shared_mem_bytes: sample_shared_bytes::<K>() as u32,
             };
-            let posted = self.posted_words(3, 1, |stream, out, ticket| {
+            let words = self.posted_words(3, 1, |stream, out, ticket| {
                 let mut args = stream.launch_builder(&f);
                 args.arg(&raw).arg(&samples).arg(&out).arg(&ticket);
-                // SAFETY: `raw` holds the table's `capacity` heads, one chain entry a key and
-                // the keys; block 0 reads `samples` keys below `rows` and writes 3 words and a
-                // ticket at `out` (posted_words' room); the others write the heads, then
-                // next[0..rows]. The grid fits the device at once (resident), as its grid-wide
-                // synchronization needs.
-                unsafe { args.launch_cooperative(config) }
+                // SAFETY: `raw` holds the table's emptied heads, one chain entry a key and the
+                // keys; block 0 reads `samples` keys below `rows` and writes 3 words and a ticket
+                // at `out` (posted_words' room); the others write next[0..rows] and the heads.
+                unsafe { args.launch(config) }
                     .map(drop)
-                    .map_err(|e| Error::Driver {
-                        op: COOPERATIVE_LAUNCH,
-                        message: format!("{e:?}"),
-                    })
-            });
-            match posted {
-                Ok(words) => Ok((groups_of(&words), table)),
-                // A device shared with other processes (MPS) may refuse a grid that fills
-                // every SM: nothing was queued; the two launches need no co-residency.
-                Err(Error::Driver {
-                    op: COOPERATIVE_LAUNCH,
-                    ..
-                }) => {
-                    drop(table);
-                    one_after_the_other()
-                }
-                Err(e) => Err(e),
-            }
+                    .map_err(launch_error)
+            })?;
+            Ok((groups_of(&words), table))
         }
     }
 }
