@@ -258,7 +258,7 @@ fn check_chained_table<B: JoinBackend, K: Key>(
 /// The key-sample kernel's groups equal its CPU twin's on every shape, extreme keys (its
 /// table reserves no key value), a few keys of many rows each (one slot counting thousands)
 /// and sample counts from 1 to several groups included; the sample with the chained table
-/// built beside it (one cooperative launch on CUDA for one group) gives the same groups, and
+/// built beside it (one launch on CUDA for one group) gives the same groups, and
 /// its table holds every key's rows.
 fn check_key_samples<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
