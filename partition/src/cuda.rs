@@ -333,10 +333,11 @@ fn col_specs(
     Ok((specs, ids))
 }
 
-/// Launches `name` from this crate's module with the given arguments.
+/// Launches kernel `$name` of this crate's module with these arguments; `shared:` first fetches
+/// it with its dynamic shared-memory limit raised (`CudaBackend::function_with_dynamic_shared`).
 macro_rules! launch {
-    ($backend:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
-        let f = $backend.function(&KERNELS, $name)?;
+    (@with $f:expr, $backend:expr, $name:expr, $cfg:expr, $($arg:expr),*) => {{
+        let f = $f;
         let mut b = $backend.stream().launch_builder(&f);
         $( b.arg($arg); )*
         // SAFETY: every call site passes the arguments of the kernel's C signature in order,
@@ -345,6 +346,13 @@ macro_rules! launch {
             .map(|_| ())
             .map_err(|e| Error::Driver { op: $name, message: format!("{e:?}") })
     }};
+    (shared: $backend:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {
+        launch!(@with $backend.function_with_dynamic_shared(&KERNELS, $name)?, $backend, $name,
+            $cfg, $($arg),*)
+    };
+    ($backend:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {
+        launch!(@with $backend.function(&KERNELS, $name)?, $backend, $name, $cfg, $($arg),*)
+    };
 }
 
 fn hist_name(radix: u32, key_bits: u32) -> &'static str {
@@ -579,10 +587,8 @@ impl Pass<'_> {
             } else {
                 (0u64, 0u64)
             };
-            // The launch below finds the kernel with its shared-memory limit raised.
-            backend.function_with_dynamic_shared(&KERNELS, sweep.name)?;
             launch!(
-                backend,
+                shared: backend,
                 sweep.name,
                 self.plan.grid(sweep.smem),
                 &self.keys_in,

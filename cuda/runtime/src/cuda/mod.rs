@@ -470,6 +470,7 @@ impl CudaBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let (f, raised) = match cache.get(&key) {
+            Some((f, raised)) if *raised || !raise_shared => return Ok(f.clone()),
             Some((f, raised)) => (f.clone(), *raised),
             None => {
                 let f = module::load(&self.inner.ctx, module)?
