@@ -532,19 +532,20 @@ pub fn mark_matched<K: Key>(
 }
 
 /// A chained table ([`TableConfig::chained`]'s layout, `config`'s capacity and seed) on `keys`
-/// whose bucket heads are emptied (queued on the backend's stream) and whose chains are not yet
-/// written, for a kernel of another crate to build inside a launch of its own: `Auto`'s plan
-/// pushes the keys in the launch of its key sample. The kernel pushes every key with
-/// `ChainedTable::insert` (`joinkit/hashtable.cuh`).
+/// whose bucket heads and chains are allocated, neither emptied nor written, for another
+/// crate's kernels to empty the heads and push the keys in launches of their own: `Auto`'s plan
+/// empties them in the launch of its key sample, and builds where the sample picks
+/// NPHJ-chained. The kernels write [`raw_table`]'s `capacity` heads with the empty row
+/// (`joinkit::ht::kEmptyRow`, `joinkit/hashtable.cuh`), then push every key with
+/// `ChainedTable::insert`.
 ///
 /// # Safety
-/// The table must not be probed or read before such a kernel, queued on the backend's stream
-/// after this call, has pushed every key (dropping it needs nothing).
+/// Nothing may read the table before such kernels, queued on the backend's stream after this
+/// call, have emptied its heads and pushed its keys (dropping it needs nothing).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `config` is not chained; capacity, allocation and launch
-/// errors.
-pub unsafe fn chained_table_to_build<'k, K: Key>(
+/// [`Error::InvalidArgument`] when `config` is not chained; capacity and allocation errors.
+pub unsafe fn chained_table_unemptied<'k, K: Key>(
     b: &CudaBackend,
     keys: &'k DeviceBuffer<K>,
     config: &TableConfig,
@@ -556,11 +557,11 @@ pub unsafe fn chained_table_to_build<'k, K: Key>(
         )));
     }
     let capacity = config.capacity_for(keys.len())?;
-    let mut heads = b.alloc::<u32>(capacity)?;
-    b.fill(&mut heads, EMPTY_ROW)?;
-    let next = b.alloc::<u32>(keys.len())?;
     Ok(HashTable {
-        storage: Storage::Chained { heads, next },
+        storage: Storage::Chained {
+            heads: b.alloc::<u32>(capacity)?,
+            next: b.alloc::<u32>(keys.len())?,
+        },
         keys,
         kind: TableKind::Chained,
         probing: config.probing_policy(),
@@ -571,6 +572,34 @@ pub unsafe fn chained_table_to_build<'k, K: Key>(
     })
 }
 
+/// Queues the build of a chained table whose heads are empty: every key pushed on its bucket's
+/// chain (one atomic exchange a key, Thostrup et al.'s lock-free chaining).
+///
+/// # Safety
+/// `table` must be chained, its heads holding the empty row when the build runs (emptied by
+/// work queued before it on the backend's stream).
+unsafe fn push_chained_keys<K: Key>(
+    b: &CudaBackend,
+    table: &HashTable<'_, CudaBackend, K>,
+) -> Result<()> {
+    if table.keys.is_empty() {
+        return Ok(());
+    }
+    let f = kernel::<K>(b, &BUILD, TableKind::Chained, table.probing)?;
+    let (raw, kp, n) = (
+        raw_table(table),
+        table.keys.device_ptr(),
+        table.keys.len() as u64,
+    );
+    let mut args = b.stream().launch_builder(&f);
+    args.arg(&raw).arg(&kp).arg(&n);
+    // SAFETY: `raw` holds `capacity` heads and one chain entry per key; the kernel reads n keys
+    // and writes heads and next[0..n].
+    unsafe { args.launch(b.grid_stride_config(table.keys.len(), 256)) }
+        .map(drop)
+        .map_err(driver("launching a hash-table kernel"))
+}
+
 impl HashTables for CudaBackend {
     fn build_table<'k, K: Key>(
         &self,
@@ -578,19 +607,14 @@ impl HashTables for CudaBackend {
         config: &TableConfig,
     ) -> Result<HashTable<'k, Self, K>> {
         if config.kind() == TableKind::Chained {
-            // SAFETY: the build below pushes every key before the table is returned.
-            let table = unsafe { chained_table_to_build(self, keys, config) }?;
-            if keys.is_empty() {
-                return Ok(table);
+            // SAFETY: the heads are emptied and the keys pushed, in stream order, before the
+            // table is returned.
+            let mut table = unsafe { chained_table_unemptied(self, keys, config) }?;
+            if let Storage::Chained { heads, .. } = &mut table.storage {
+                self.fill(heads, EMPTY_ROW)?;
             }
-            let f = kernel::<K>(self, &BUILD, TableKind::Chained, table.probing)?;
-            let (raw, kp, n) = (raw_table(&table), keys.device_ptr(), keys.len() as u64);
-            let mut b = self.stream().launch_builder(&f);
-            b.arg(&raw).arg(&kp).arg(&n);
-            // SAFETY: `raw` holds `capacity` heads and one chain entry per key; the kernel
-            // reads n keys and writes heads and next[0..n].
-            unsafe { b.launch(self.grid_stride_config(keys.len(), 256)) }
-                .map_err(driver("launching a hash-table kernel"))?;
+            // SAFETY: the heads were emptied just before, on this stream.
+            unsafe { push_chained_keys(self, &table) }?;
             return Ok(table);
         }
         let capacity = config.capacity_for(keys.len())?;

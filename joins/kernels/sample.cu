@@ -1,39 +1,80 @@
-// Duplicate statistics of a key sample, for Auto's plan (twin: src/sample.rs). One block a
-// group: it gathers its keys from spread positions of the column and counts them in a
-// shared-memory hash table, in one launch, what the host would otherwise download and sort:
-// the group's equal pairs sum c (c - 1) over its keys' counts c, and its largest count. A
-// table, not a sort: one pass of shared-memory atomics where a block radix sort of the group
-// took 8 (4-byte keys) or 16 (8-byte) passes (H200, ncu, 2048 samples of 4-byte keys and 4096
-// of 8-byte: 18.5 and 33.4 us sorted, 9.0 and 19.4 counted), most of a plan.
-// The group's keys stay in shared memory beside the table (dynamic shared memory,
-// sample_shared_bytes in src/sample.rs), so comparing with a slot's key never leaves the SM.
-// The host reads a group's words as soon as its block posts them (CudaBackend::posted_words),
-// which lets one launch sample and build NPHJ-chained's table (sample_and_build_chained).
+// Duplicate statistics of a key sample, for Auto's plan (twin: src/sample.rs). A cluster of
+// blocks a group (8 on sm_90 and later, where one block on one SM was the plan's critical path:
+// 11-14 us for 2048-4096 keys, ncu, H200, each thread a long chain of dependent instructions;
+// one block on older GPUs): each block gathers an eighth of the group's keys from spread
+// positions of the column, and each key is counted in the shared-memory hash table of the block
+// its hash names (distributed shared memory), so every distinct key is counted whole by one
+// block. In one launch, what the host would otherwise download and sort: the group's equal pairs
+// sum c (c - 1) over its keys' counts c, and its largest count. A table, not a sort: one pass of
+// shared-memory atomics where a block radix sort of the group took 8 (4-byte keys) or 16
+// (8-byte) passes (H200, ncu, 2048 samples of 4-byte keys and 4096 of 8-byte: 18.5 and 33.4 us
+// sorted, 9.0 and 19.4 counted). The keys stay in shared memory beside the tables (dynamic shared
+// memory, sample_shared_bytes in src/sample.rs), so comparing with a slot's key never leaves the
+// cluster. The host reads a group's words as soon as they are posted (CudaBackend::posted_words),
+// which lets one launch sample and empty NPHJ-chained's heads (sample_and_empty_heads). A
+// cluster's blocks run at once by construction, so its barriers cannot wait for SMs that other
+// work holds (a grid-wide one could).
 #include <stdint.h>
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 #include "joinkit/device.cuh"
 #include "joinkit/hash.cuh"
 #include "joinkit/hashtable.cuh"
 
+// Blocks a group counts with (SAMPLE_CLUSTER in src/sample.rs, from the compute capability).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define JOINKIT_SAMPLE_CLUSTER 8
+#define JOINKIT_SAMPLE_CLUSTER_DIMS __cluster_dims__(JOINKIT_SAMPLE_CLUSTER, 1, 1)
+#else
+#define JOINKIT_SAMPLE_CLUSTER 1
+#define JOINKIT_SAMPLE_CLUSTER_DIMS
+#endif
+
 namespace {
 
-// 32 warps of up to 4 keys. Every warp runs the whole block's code, one SM for the group:
-// its time is the warps' instructions (ncu, H200, 4096 samples: 1.8 a cycle; 53 000 of them
-// and 21.0-21.3 us when each key's probes waited for the warp's slowest lane at load 1/2 and
-// two 64-bit divisions placed each sample, 37 700 and 14.1-14.6 us without; 2048 samples
-// 26 800, 11.0-11.4 us).
 constexpr int kSampleThreads = 1024;
-constexpr int kSampleItems = 4;  // 4096 keys a group (SAMPLE_GROUP_ROWS in src/sample.rs)
+constexpr uint32_t kSampleRows = 4096;  // a group's keys (SAMPLE_GROUP_ROWS in src/sample.rs)
+constexpr uint32_t kClusterRows = kSampleRows / JOINKIT_SAMPLE_CLUSTER;  // a block's share
+constexpr int kSampleItems = (kClusterRows + kSampleThreads - 1) / kSampleThreads;
 constexpr uint64_t kSampleSeed = 0x5a3;
-// Four times the group's keys (load at most 1/4: short probe sequences). A slot holds the
-// sample that first brought its key (the low kSampleOwnerBits) and the key's count above them;
-// all ones: empty.
-constexpr uint32_t kSampleSlots = 4 * kSampleThreads * kSampleItems;
+// A slot holds the sample that first brought its key (the low kSampleOwnerBits) and the key's
+// count above them; all ones: empty. A block's table has a group's keys of slots (it can never
+// fill: every probe loop ends) and at least four times its expected share of them.
+constexpr uint32_t kSampleSlots =
+    kSampleRows * (JOINKIT_SAMPLE_CLUSTER >= 4 ? 1 : 4 / JOINKIT_SAMPLE_CLUSTER);
 constexpr uint32_t kSampleOwnerBits = 12;
 constexpr uint32_t kSampleEmpty = ~0u;
-static_assert(kSampleThreads * kSampleItems <= (1u << kSampleOwnerBits), "owners fit their bits");
+static_assert(kSampleRows <= (1u << kSampleOwnerBits), "owners fit their bits");
 static_assert((kSampleSlots & (kSampleSlots - 1)) == 0, "a power of two of slots");
 static_assert(kSampleSlots % (4 * kSampleThreads) == 0, "the count reads 4 slots a load");
+
+// The group's blocks: a thread block cluster on sm_90 and later, one block before.
+struct Cluster {
+  static __device__ __forceinline__ uint32_t rank() {
+#if JOINKIT_SAMPLE_CLUSTER > 1
+    return cooperative_groups::this_cluster().block_rank();
+#else
+    return 0;
+#endif
+  }
+  static __device__ __forceinline__ void sync() {
+#if JOINKIT_SAMPLE_CLUSTER > 1
+    cooperative_groups::this_cluster().sync();
+#else
+    __syncthreads();
+#endif
+  }
+  // `p` (this block's shared memory) in the shared memory of block `r` of the cluster.
+  template <typename T>
+  static __device__ __forceinline__ T* at(T* p, uint32_t r) {
+#if JOINKIT_SAMPLE_CLUSTER > 1
+    return cooperative_groups::this_cluster().map_shared_rank(p, r);
+#else
+    (void)r;
+    return p;
+#endif
+  }
+};
 
 // A group's equal pairs and largest count, reduced over the block in one pass.
 struct PairsTop {
@@ -72,61 +113,72 @@ struct Strides {
 };
 
 // Group g takes samples j = g, g + groups, g + 2 groups, ... (so each group is spread over the
-// whole column), writes out[3g .. 3g + 3) = (rows, pairs, largest count) into the host's mapped
-// words and posts them with the host's ticket at out[3 groups + g] (CudaBackend::posted_words).
+// whole column); cluster g counts them, block r gathering the group's samples p = r + i C
+// (C blocks a cluster) into its own keys[i]. The first block writes out[3g .. 3g + 3) = (rows,
+// pairs, largest count) into the host's mapped words and posts them with the host's ticket at
+// out[3 groups + g] (CudaBackend::posted_words), and where `pairs_copy` is not null, the pairs
+// there too, in device memory.
 template <typename K>
 __device__ void sample_runs(const K* keys, uint64_t n, uint64_t samples, uint64_t groups,
-                            uint64_t g, uint64_t* out, uint64_t ticket) {
+                            uint64_t* out, uint64_t ticket, uint64_t* pairs_copy) {
   using Reduce = cub::BlockReduce<PairsTop, kSampleThreads>;
   __shared__ typename Reduce::TempStorage reduce;
+  // The first block's: the group's sums (a 32-bit maximum: the 64-bit one is not atomic on
+  // another block's shared memory).
+  __shared__ unsigned long long group_pairs;
+  __shared__ unsigned int group_top;
   extern __shared__ __align__(16) unsigned char sample_shared[];
-  K* sampled = reinterpret_cast<K*>(sample_shared);  // the group's keys, by sample
-  uint32_t* slots = reinterpret_cast<uint32_t*>(sampled + kSampleThreads * kSampleItems);
+  K* gathered = reinterpret_cast<K*>(sample_shared);  // this block's share of the keys
+  uint32_t* slots = reinterpret_cast<uint32_t*>(gathered + kClusterRows);
+  constexpr uint32_t size = JOINKIT_SAMPLE_CLUSTER;
+  const uint32_t rank = Cluster::rank();
+  const uint64_t g = blockIdx.x / size;
   const uint32_t rows = static_cast<uint32_t>((samples - g + groups - 1) / groups);
   uint4* quads = reinterpret_cast<uint4*>(slots);  // 4 slots a load or store
   for (uint32_t q = threadIdx.x; q < kSampleSlots / 4; q += kSampleThreads)
     quads[q] = make_uint4(kSampleEmpty, kSampleEmpty, kSampleEmpty, kSampleEmpty);
+  if (threadIdx.x == 0) {
+    group_pairs = 0;
+    group_top = 0;
+  }
   const Strides strides(n, samples);
+  // Sample p = rank + i size of the group, for this thread's i.
+  const auto sample_of = [&](int item) {
+    return rank + (threadIdx.x + item * kSampleThreads) * size;
+  };
   K k[kSampleItems];
 #pragma unroll
   for (int i = 0; i < kSampleItems; ++i) {
-    const uint32_t p = threadIdx.x + i * kSampleThreads;
+    const uint32_t p = sample_of(i);
     if (p < rows) k[i] = keys[strides.row(g + groups * p)];
   }
 #pragma unroll
   for (int i = 0; i < kSampleItems; ++i) {
-    const uint32_t p = threadIdx.x + i * kSampleThreads;
-    if (p < rows) sampled[p] = k[i];
+    if (sample_of(i) < rows) gathered[threadIdx.x + i * kSampleThreads] = k[i];
   }
-  __syncthreads();
-  // Linear probing from each key's hash; a taken slot's key is its owner's. A lane goes on to
-  // its next key as soon as one is counted, so a warp waits for its slowest lane once.
-  uint32_t p = threadIdx.x;
-  K key{};
-  uint32_t s = 0;
-  if (p < rows) {
-    key = sampled[p];
-    s = static_cast<uint32_t>(joinkit::hash64(key, kSampleSeed));
-  }
-  while (p < rows) {
-    uint32_t* slot = &slots[s & (kSampleSlots - 1)];
-    const uint32_t was = atomicCAS(slot, kSampleEmpty, (1u << kSampleOwnerBits) | p);
-    bool counted = was == kSampleEmpty;
-    if (!counted && sampled[was & ((1u << kSampleOwnerBits) - 1)] == key) {
-      atomicAdd(slot, 1u << kSampleOwnerBits);
-      counted = true;
-    }
-    if (!counted) {
-      ++s;
-      continue;
-    }
-    p += kSampleThreads;
-    if (p < rows) {
-      key = sampled[p];
-      s = static_cast<uint32_t>(joinkit::hash64(key, kSampleSeed));
+  // Every block's table emptied and keys gathered before any block counts.
+  Cluster::sync();
+  // Linear probing from each key's hash in the table of the block the hash names; a taken
+  // slot's key is its owner's, in the gathering block's keys.
+#pragma unroll
+  for (int i = 0; i < kSampleItems; ++i) {
+    const uint32_t p = sample_of(i);
+    if (p >= rows) continue;
+    const uint64_t h = joinkit::hash64(k[i], kSampleSeed);
+    uint32_t* table = Cluster::at(slots, static_cast<uint32_t>(h >> 32) & (size - 1));
+    for (uint32_t s = static_cast<uint32_t>(h);; ++s) {
+      uint32_t* slot = &table[s & (kSampleSlots - 1)];
+      const uint32_t was = atomicCAS(slot, kSampleEmpty, (1u << kSampleOwnerBits) | p);
+      if (was == kSampleEmpty) break;
+      const uint32_t owner = was & ((1u << kSampleOwnerBits) - 1);
+      if (*Cluster::at(&gathered[owner / size], owner % size) == k[i]) {
+        atomicAdd(slot, 1u << kSampleOwnerBits);
+        break;
+      }
     }
   }
-  __syncthreads();
+  // Every key counted before any block reads its table.
+  Cluster::sync();
   PairsTop counted{0, 0};
   for (uint32_t q = threadIdx.x; q < kSampleSlots / 4; q += kSampleThreads) {
     const uint4 four = quads[q];
@@ -141,57 +193,95 @@ __device__ void sample_runs(const K* keys, uint64_t n, uint64_t samples, uint64_
   }
   counted = Reduce(reduce).Reduce(counted, SumPairsMaxTop());
   if (threadIdx.x == 0) {
+    atomicAdd(Cluster::at(&group_pairs, 0), static_cast<unsigned long long>(counted.pairs));
+    atomicMax(Cluster::at(&group_top, 0), static_cast<unsigned int>(counted.top));
+  }
+  // Every block's counts in the first block's sums.
+  Cluster::sync();
+  if (rank == 0 && threadIdx.x == 0) {
     volatile uint64_t* words = out + 3 * g;
     words[0] = rows;
-    words[1] = counted.pairs;
-    words[2] = counted.top;
+    words[1] = group_pairs;
+    words[2] = group_top;
+    if (pairs_copy != nullptr) *pairs_copy = group_pairs;
     joinkit::post_ticket(out + 3 * groups + g, ticket);
   }
 }
 
-// Auto's plan in one launch (src/sample.rs, sample_runs_and_chained_table): block 0 samples the
-// keys (one group) and posts them while the other blocks push the same keys on the chains of
-// NPHJ-chained's table, whose heads were emptied before the launch (joinkit-hashtable's
-// chained_table_to_build). The sample, the heads' fill and the build were three launches, 4.6 us
-// of host time each on the H200 machines. No grid-wide synchronization: a launch that needs
-// every block resident can wait forever for SMs held by another rank's kernels on a shared GPU
-// (a cooperative version hung the distributed tests whose ranks share one GPU).
+// Auto's plan (src/sample.rs, sample_runs_and_chained_table): the first cluster samples the keys
+// (one group) and posts them while the other blocks empty the heads of NPHJ-chained's table
+// (joinkit-hashtable's chained_table_unemptied); the plan waits for one launch, not two (the
+// heads' fill, then the sample: 4 us of host time each on the H200 machines). No grid-wide
+// synchronization: a launch that needs every block resident can wait forever for SMs held by
+// another rank's kernels on a shared GPU (a cooperative version hung the distributed tests
+// whose ranks share one GPU).
 template <typename K>
-__device__ void sample_and_build_chained(const joinkit::ht::RawTable& raw, uint64_t samples,
-                                         uint64_t* out, uint64_t ticket) {
-  const joinkit::ht::ChainedTable<K> table(raw);
-  if (blockIdx.x == 0) {
-    sample_runs<K>(table.keys, table.rows, samples, 1, 0, out, ticket);
+__device__ void sample_and_empty_heads(const joinkit::ht::RawTable& raw, uint64_t samples,
+                                       uint64_t* out, uint64_t ticket, uint64_t* pairs_copy) {
+  constexpr uint32_t size = JOINKIT_SAMPLE_CLUSTER;
+  if (blockIdx.x < size) {
+    const K* keys = reinterpret_cast<const K*>(raw.keys);
+    sample_runs<K>(keys, raw.rows, samples, 1, out, ticket, pairs_copy);
     return;
   }
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x - 1) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x - 1) * blockDim.x + threadIdx.x;
-       i < table.rows; i += stride)
+  uint32_t* heads = reinterpret_cast<uint32_t*>(raw.slots);
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x - size) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x - size) * blockDim.x + threadIdx.x;
+       i < raw.capacity; i += stride)
+    heads[i] = joinkit::ht::kEmptyRow;
+}
+
+// The table's build, queued right behind the sample, so that it needs no launch after the
+// host's choice: each block reads the sample's equal pairs (the sample's copy in device memory;
+// reads of the host's mapped words, one a block, took 0.25 ms on an H200) and skips the build
+// where they exceed `most_pairs`, the most with which the plan picks NPHJ-chained; the join the
+// plan picks then waits for no build.
+template <typename K>
+__device__ void push_chained_unless_many_pairs(const joinkit::ht::RawTable& raw,
+                                               const uint64_t* pairs, uint64_t most_pairs) {
+  __shared__ bool skip;
+  if (threadIdx.x == 0) skip = *pairs > most_pairs;
+  __syncthreads();
+  if (skip) return;
+  const joinkit::ht::ChainedTable<K> table(raw);
+  for (uint64_t i = joinkit::global_thread_id(); i < table.rows; i += joinkit::grid_stride())
     table.insert(table.keys[i], static_cast<uint32_t>(i));
 }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kSampleThreads)
+extern "C" __global__ void __launch_bounds__(kSampleThreads) JOINKIT_SAMPLE_CLUSTER_DIMS
     sample_runs_u32(const uint32_t* keys, uint64_t n, uint64_t samples, uint64_t groups,
                     uint64_t* out, uint64_t ticket) {
-  sample_runs<uint32_t>(keys, n, samples, groups, blockIdx.x, out, ticket);
+  sample_runs<uint32_t>(keys, n, samples, groups, out, ticket, nullptr);
 }
 
-extern "C" __global__ void __launch_bounds__(kSampleThreads)
+extern "C" __global__ void __launch_bounds__(kSampleThreads) JOINKIT_SAMPLE_CLUSTER_DIMS
     sample_runs_u64(const uint64_t* keys, uint64_t n, uint64_t samples, uint64_t groups,
                     uint64_t* out, uint64_t ticket) {
-  sample_runs<uint64_t>(keys, n, samples, groups, blockIdx.x, out, ticket);
+  sample_runs<uint64_t>(keys, n, samples, groups, out, ticket, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(kSampleThreads) JOINKIT_SAMPLE_CLUSTER_DIMS
+    sample_and_empty_heads_u32(joinkit::ht::RawTable raw, uint64_t samples, uint64_t* out,
+                               uint64_t ticket, uint64_t* pairs_copy) {
+  sample_and_empty_heads<uint32_t>(raw, samples, out, ticket, pairs_copy);
+}
+
+extern "C" __global__ void __launch_bounds__(kSampleThreads) JOINKIT_SAMPLE_CLUSTER_DIMS
+    sample_and_empty_heads_u64(joinkit::ht::RawTable raw, uint64_t samples, uint64_t* out,
+                               uint64_t ticket, uint64_t* pairs_copy) {
+  sample_and_empty_heads<uint64_t>(raw, samples, out, ticket, pairs_copy);
 }
 
 extern "C" __global__ void __launch_bounds__(kSampleThreads)
-    sample_and_build_chained_u32(joinkit::ht::RawTable raw, uint64_t samples, uint64_t* out,
-                                 uint64_t ticket) {
-  sample_and_build_chained<uint32_t>(raw, samples, out, ticket);
+    push_chained_unless_many_pairs_u32(joinkit::ht::RawTable raw, const uint64_t* pairs,
+                                       uint64_t most_pairs) {
+  push_chained_unless_many_pairs<uint32_t>(raw, pairs, most_pairs);
 }
 
 extern "C" __global__ void __launch_bounds__(kSampleThreads)
-    sample_and_build_chained_u64(joinkit::ht::RawTable raw, uint64_t samples, uint64_t* out,
-                                 uint64_t ticket) {
-  sample_and_build_chained<uint64_t>(raw, samples, out, ticket);
+    push_chained_unless_many_pairs_u64(joinkit::ht::RawTable raw, const uint64_t* pairs,
+                                       uint64_t most_pairs) {
+  push_chained_unless_many_pairs<uint64_t>(raw, pairs, most_pairs);
 }

@@ -552,9 +552,10 @@ where
 }
 
 /// [`sample_stats`], and with `chained_table` (right keys not promised unique) the chained
-/// table on the right keys, built beside their sample
-/// ([`SampleRuns::sample_runs_and_chained_table`]): the table NPHJ-chained probes, kept when
-/// the choice is that join.
+/// table on the right keys that NPHJ-chained probes, where the sample picks that join: on CUDA
+/// its heads emptied in the sample's launch and its keys pushed by the next, which skips the
+/// build where the sample shows too many pairs ([`SampleRuns::sample_runs_and_chained_table`],
+/// [`most_pairs_for_chained`]).
 ///
 /// # Errors
 /// As [`sample_stats`], and the table's build errors.
@@ -591,6 +592,8 @@ where
             .transpose()?;
         return Ok((stats, table));
     }
+    // Measured below only where the tree will look at it.
+    stats.match_ratio = None;
     let sample_right = |stats: &mut JoinInputStats, groups: &[SampleGroup]| {
         stats.right_top_key_share = top_share(groups);
         if !right_unique {
@@ -598,28 +601,37 @@ where
         }
     };
     let right_rows = right_sample_rows(right.len());
-    let table = if !right_unique {
-        let (groups, table) = if chained_table {
-            let (groups, table) = b.sample_runs_and_chained_table(right, right_rows)?;
-            (groups, Some(table))
-        } else {
-            (b.sample_runs(right, right_rows)?, None)
+    let mut table = None;
+    if !right_unique {
+        // The right side's statistics, and the left side's top key where the right one is
+        // skewed.
+        let sampled = |stats: &mut JoinInputStats, groups: &[SampleGroup]| {
+            sample_right(stats, groups);
+            if stats.right_top_key_share >= params.skew_share {
+                stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
+            }
+            Ok(())
         };
-        sample_right(&mut stats, &groups);
-        if stats.right_top_key_share >= params.skew_share {
-            stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
+        if chained_table {
+            // The table is built where the sample's pairs pick the join that probes it.
+            let most_pairs = most_pairs_for_chained(&stats, right_rows, opts.kind, params);
+            let (groups, built) = match most_pairs {
+                Some(most) => b.sample_runs_and_chained_table(right, right_rows, most)?,
+                None => (b.sample_runs(right, right_rows)?, None),
+            };
+            sampled(&mut stats, &groups)?;
+            table = built;
+        } else {
+            sampled(&mut stats, &b.sample_runs(right, right_rows)?)?;
         }
-        table
     } else {
         stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
         if stats.left_top_key_share >= params.skew_share {
             sample_right(&mut stats, &b.sample_runs(right, right_rows)?);
         }
-        None
-    };
+    }
     // The match ratio only where the tree will look at it (it costs a read of the right keys):
     // where, without it, the choice falls to the last branch.
-    stats.match_ratio = None;
     if match_ratio && choose(&stats, opts.kind, params).1 == ChoiceReason::Partitioned {
         let (keys, counts) = distinct_counts(b.download(&sample(b, left)?)?);
         let rows: usize = counts.iter().sum();
@@ -666,6 +678,52 @@ fn rows_per_key(groups: &[SampleGroup], rows: usize) -> f64 {
         return 1.0;
     }
     estimates.iter().sum::<f64>() / estimates.len() as f64
+}
+
+/// The most equal pairs a one-group sample of `samples` right rows may show for the tree to
+/// pick NPHJ-chained from `stats` (sides and payloads; rows a key from the pairs), or `None`
+/// where no pairs do. The choice between NPHJ-chained and SMJ-OM follows the rows a key, which
+/// grow with the pairs, so the largest such count is found by bisection; the plan builds the
+/// chained table beside the sample where the sample shows at most that many
+/// ([`SampleRuns::sample_runs_and_chained_table`]), and the tree's choice from the sampled
+/// statistics stays the one that counts.
+fn most_pairs_for_chained(
+    stats: &JoinInputStats,
+    samples: usize,
+    kind: JoinKind,
+    params: &ChoiceParams,
+) -> Option<u64> {
+    let rows = samples.min(stats.right_rows) as u64;
+    let picks_chained = |pairs: u64| {
+        let group = SampleGroup {
+            rows,
+            pairs,
+            top: 0,
+        };
+        let per_key = rows_per_key(&[group], stats.right_rows);
+        let stats = JoinInputStats {
+            right_rows_per_key: Some(per_key),
+            ..*stats
+        };
+        choose(&stats, kind, params).0 == Algorithm::NphjChained
+    };
+    if !picks_chained(0) {
+        return None;
+    }
+    // picks_chained(lo) holds; the most pairs a sample can show is rows (rows - 1).
+    let (mut lo, mut hi) = (0u64, rows * rows.saturating_sub(1));
+    if picks_chained(hi) {
+        return Some(hi);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if picks_chained(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(lo)
 }
 
 /// [`SAMPLE_ROWS`] keys of `keys` (all of them when shorter), at [`sample_row`]'s positions.
@@ -723,6 +781,58 @@ mod tests {
             small_side_max_right_rows: 0,
             small_side_merge_pairs: f64::INFINITY,
         }
+    }
+
+    /// The pairs limit under which the plan builds NPHJ-chained's table beside the sample is
+    /// where the tree's choice turns: NPHJ-chained at the limit, SMJ-OM one pair above, on
+    /// either backend's parameters, inner and left outer joins, 2^14 … 2^20 right rows.
+    #[test]
+    fn the_pairs_limit_is_where_the_choice_turns() {
+        let cpu = ChoiceParams::for_backend(&CpuBackend::new());
+        for (p, kind, right_rows, cpu_case) in [
+            (gpu_like(), JoinKind::Inner, 1 << 18, false),
+            (gpu_like(), JoinKind::LeftOuter, 1 << 20, false),
+            (gpu_like(), JoinKind::Inner, 1 << 14, false),
+            (cpu, JoinKind::Inner, 1 << 16, true),
+        ] {
+            let s = JoinInputStats {
+                left_rows: right_rows,
+                match_ratio: None,
+                ..stats(right_rows, 4, 1.0)
+            };
+            let samples = right_sample_rows(right_rows);
+            let most = most_pairs_for_chained(&s, samples, kind, &p);
+            let pick = |pairs| {
+                let group = SampleGroup {
+                    rows: samples as u64,
+                    pairs,
+                    top: 0,
+                };
+                let per_key = Some(rows_per_key(&[group], right_rows));
+                let sampled = JoinInputStats {
+                    right_rows_per_key: per_key,
+                    ..s
+                };
+                choose(&sampled, kind, &p).0
+            };
+            let Some(most) = most else {
+                // The CPU's parameters: this shape does not pick NPHJ-chained even without pairs.
+                assert!(cpu_case, "{kind:?} {right_rows}: no limit");
+                assert_ne!(pick(0), Algorithm::NphjChained);
+                continue;
+            };
+            assert_eq!(pick(0), Algorithm::NphjChained, "{kind:?} {right_rows}");
+            assert_eq!(pick(most), Algorithm::NphjChained, "{kind:?} {right_rows}");
+            assert_eq!(pick(most + 1), Algorithm::SmjOm, "{kind:?} {right_rows}");
+        }
+        // No pairs pick NPHJ-chained past its right sides: no table beside the sample.
+        let mut s = stats(1 << 24, 4, 1.0);
+        s.match_ratio = None;
+        let samples = right_sample_rows(1 << 24);
+        assert_eq!(
+            most_pairs_for_chained(&s, samples, JoinKind::Inner, &gpu_like()),
+            None
+        );
     }
 
     #[test]

@@ -222,11 +222,11 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 /// promised unique, else a choice from sampled statistics, timed as the `plan` phase.
 ///
 /// Where the sample can only choose between NPHJ-chained and SMJ-OM (right keys not promised
-/// unique, [`ChoiceParams::chained_or_merge`]), the plan builds the chained table in the
-/// sample's launch ([`SampleRuns::sample_runs_and_chained_table`](crate::SampleRuns)) and the
-/// join keeps it when the choice is NPHJ-chained: the device builds while the host reads the
-/// sample. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms and more) the table is
-/// dropped.
+/// unique, [`ChoiceParams::chained_or_merge`]), the sample's launch also empties the chained
+/// table's heads ([`SampleRuns::sample_runs_and_chained_table`](crate::SampleRuns)), and the
+/// plan pushes the keys when the choice is NPHJ-chained, whose join keeps the table: one launch
+/// before the choice. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms and more) the
+/// table is never built.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,

@@ -84,7 +84,9 @@ pub use hybrid::{
 pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_columns, join_rows};
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use probe::{PartitionedProbe, ProbeTable};
-pub use sample::{MAX_SAMPLES, SAMPLE_GROUP_ROWS, SampleGroup, SampleRuns, sample_row};
+pub use sample::{
+    MAX_SAMPLES, SAMPLE_GROUP_ROWS, SampleAndTable, SampleGroup, SampleRuns, sample_row,
+};
 pub use sequence::{
     ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,
     SequenceStep, join_sequence,

@@ -1,10 +1,11 @@
 //! Duplicate statistics of a key sample, for [`crate::Algorithm::Auto`]'s plan: keys at
 //! spread positions of a column, in groups of at most [`SAMPLE_GROUP_ROWS`], each group's
-//! equal pairs and largest key count. On CUDA one launch (a block a group counts its keys in a
-//! shared-memory hash table, `kernels/sample.cu`) whose 24 bytes a group the host reads as
-//! soon as they are posted: about what a launch costs, where downloading the keys and sorting
-//! them on the host took 0.13–0.27 ms of an H200 join's plan. The same launch can build the
-//! chained hash table on the sampled keys beside the sample
+//! equal pairs and largest key count. On CUDA one launch (a cluster of blocks a group, each
+//! counting its share of the group's distinct keys in a shared-memory hash table,
+//! `kernels/sample.cu`) whose words the host reads as soon as they are posted: about what a
+//! launch costs, where downloading the keys and sorting them on the host took 0.13–0.27 ms of
+//! an H200 join's plan. The same launch can empty the heads of the chained hash table on the
+//! sampled keys, built after the sample only where it is wanted
 //! ([`SampleRuns::sample_runs_and_chained_table`]). The CPU twin gives the same counts.
 
 use joinkit_cuda::hash::hash64;
@@ -31,6 +32,10 @@ pub struct SampleGroup {
 /// Most rows a sample takes: 128 groups (the host words the CUDA launch posts them into).
 pub const MAX_SAMPLES: usize = 128 * SAMPLE_GROUP_ROWS;
 
+/// A key sample's groups, and the chained table on its keys where it was built
+/// ([`SampleRuns::sample_runs_and_chained_table`]).
+pub type SampleAndTable<'k, B, K> = (Vec<SampleGroup>, Option<HashTable<'k, B, K>>);
+
 /// Sampling a key column for its duplicates.
 pub trait SampleRuns: HashTables {
     /// `samples` rows of `keys` (all of them when it is shorter), sample `j` at
@@ -44,11 +49,13 @@ pub trait SampleRuns: HashTables {
     fn sample_runs<K: Key>(&self, keys: &Self::Buf<K>, samples: usize) -> Result<Vec<SampleGroup>>;
 
     /// [`SampleRuns::sample_runs`] of `keys`, and the chained hash table on them
-    /// ([`TableConfig::chained`]) that NPHJ-chained probes: `Auto`'s plan when its choice is
-    /// that join or SMJ-OM, which keeps the table if it runs NPHJ-chained. On CUDA, for one
-    /// group's sample, the heads' fill and one launch whose first block samples while the
-    /// others build (`kernels/sample.cu`), the sample read as soon as it is posted while the
-    /// build goes on; otherwise the sample, then the table.
+    /// ([`TableConfig::chained`]) that NPHJ-chained probes where the sample's equal pairs (its
+    /// groups' [`SampleGroup::pairs`]) are at most `most_pairs`: `Auto`'s plan, whose choice
+    /// between that join and SMJ-OM follows the pairs. On CUDA, for one group's sample, one
+    /// launch samples and empties the table's heads and the next builds it unless the posted
+    /// pairs exceed `most_pairs` (`kernels/sample.cu`): the build runs while the host reads
+    /// the sample and chooses, and costs a join that does not probe the table next to nothing.
+    /// Otherwise the sample, then the table where the pairs ask for it.
     ///
     /// # Errors
     /// As [`SampleRuns::sample_runs`] and [`HashTables::build_table`].
@@ -56,10 +63,25 @@ pub trait SampleRuns: HashTables {
         &self,
         keys: &'k Self::Buf<K>,
         samples: usize,
-    ) -> Result<(Vec<SampleGroup>, HashTable<'k, Self, K>)> {
-        let groups = self.sample_runs(keys, samples)?;
-        Ok((groups, self.build_table(keys, &TableConfig::chained())?))
+        most_pairs: u64,
+    ) -> Result<SampleAndTable<'k, Self, K>> {
+        sample_then_chained_table(self, keys, samples, most_pairs)
     }
+}
+
+/// [`SampleRuns::sample_runs_and_chained_table`] in two steps: the sample, then the table
+/// where its pairs are at most `most_pairs`.
+fn sample_then_chained_table<'k, B: SampleRuns, K: Key>(
+    b: &B,
+    keys: &'k B::Buf<K>,
+    samples: usize,
+    most_pairs: u64,
+) -> Result<SampleAndTable<'k, B, K>> {
+    let groups = b.sample_runs(keys, samples)?;
+    let table = (groups.iter().map(|g| g.pairs).sum::<u64>() <= most_pairs)
+        .then(|| b.build_table(keys, &TableConfig::chained()))
+        .transpose()?;
+    Ok((groups, table))
 }
 
 /// The row of sample `j` of `samples` over `n` rows: one row in each of `samples` equal
@@ -114,23 +136,40 @@ impl SampleRuns for CpuBackend {
 
 #[cfg(feature = "cuda")]
 mod cuda {
+    use joinkit_cuda::cudarc::driver::CudaFunction;
+    use joinkit_cuda::cudarc::driver::sys::CUfunction_attribute;
     use joinkit_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
-    use joinkit_cuda::{CudaBackend, DeviceBuffer, Error, Key, Result};
-    use joinkit_hashtable::cuda::{chained_table_to_build, raw_table};
-    use joinkit_hashtable::{HashTable, HashTables, TableConfig};
+    use joinkit_cuda::{Backend as _, CudaBackend, DeviceBuffer, Error, Key, Result};
+    use joinkit_hashtable::TableConfig;
+    use joinkit_hashtable::cuda::{chained_table_unemptied, raw_table};
 
-    use super::{SAMPLE_GROUP_ROWS, SampleGroup, layout};
+    use super::{
+        SAMPLE_GROUP_ROWS, SampleAndTable, SampleGroup, layout, sample_then_chained_table,
+    };
 
-    /// Threads of a group's block (`kSampleThreads` in kernels/sample.cu).
+    /// Threads of a group's blocks (`kSampleThreads` in kernels/sample.cu).
     const THREADS: u32 = 1024;
 
-    /// Slots of a group's table (`kSampleSlots`): four times its keys.
-    const SLOTS: usize = 4 * SAMPLE_GROUP_ROWS;
+    /// Blocks a group counts with: the kernel's cluster width (8 where compiled for sm_90 and
+    /// later, `JOINKIT_SAMPLE_CLUSTER`), 1 where it has none.
+    fn cluster_of(f: &CudaFunction) -> Result<u32> {
+        let width = f
+            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)
+            .map_err(|e| Error::Driver {
+                op: "reading the key-sample kernel's cluster width",
+                message: format!("{e:?}"),
+            })?;
+        Ok(width.max(1) as u32)
+    }
 
-    /// Dynamic shared memory of a group's block: its keys and its table's 4-byte slots (80 KiB
-    /// for 4-byte keys, 96 for 8-byte; past the 48 KiB a launch gets without asking).
-    fn sample_shared_bytes<K: Key>() -> usize {
-        SAMPLE_GROUP_ROWS * size_of::<K>() + SLOTS * size_of::<u32>()
+    /// Dynamic shared memory of a group's block in a cluster of `cluster`: its share of the
+    /// group's keys and its table's 4-byte slots, a group's keys of them and at least four
+    /// times the block's share (`kSampleSlots`): 18 KiB for 4-byte keys in a cluster of 8, 20
+    /// for 8-byte; 80 and 96 in one block.
+    fn sample_shared_bytes<K: Key>(cluster: u32) -> u32 {
+        let share = SAMPLE_GROUP_ROWS / cluster as usize;
+        let slots = SAMPLE_GROUP_ROWS * (4 / cluster as usize).max(1);
+        (share * size_of::<K>() + slots * size_of::<u32>()) as u32
     }
 
     fn launch_error(e: impl std::fmt::Debug) -> Error {
@@ -166,10 +205,11 @@ mod cuda {
                 "sample_runs_u64"
             };
             let f = self.function_with_dynamic_shared(&crate::KERNELS, name)?;
+            let cluster = cluster_of(&f)?;
             let config = LaunchConfig {
-                grid_dim: (groups as u32, 1, 1),
+                grid_dim: (groups as u32 * cluster, 1, 1),
                 block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: sample_shared_bytes::<K>() as u32,
+                shared_mem_bytes: sample_shared_bytes::<K>(cluster),
             };
             let words = self.posted_words(
                 3 * groups as usize,
@@ -186,7 +226,8 @@ mod cuda {
                     // SAFETY: the kernel reads `samples` keys at rows below n (sample_row's
                     // strides lie inside the column, samples <= n) and writes 3 words and posts a
                     // ticket per group at `out`, which posted_words gives room for (4 * groups is
-                    // at most 512: layout's MAX_SAMPLES); the arguments follow its C signature.
+                    // at most 512: layout's MAX_SAMPLES); a cluster a group, its blocks' shared
+                    // memory as the kernel lays it out; the arguments follow its C signature.
                     unsafe { args.launch(config) }
                         .map(drop)
                         .map_err(launch_error)
@@ -199,44 +240,78 @@ mod cuda {
             &self,
             keys: &'k DeviceBuffer<K>,
             samples: usize,
-        ) -> Result<(Vec<SampleGroup>, HashTable<'k, Self, K>)> {
+            most_pairs: u64,
+        ) -> Result<SampleAndTable<'k, Self, K>> {
             let (samples, groups) = layout(samples, keys.len())?;
             if groups != 1 {
-                // No sample, or more than one group (past SAMPLE_GROUP_ROWS): the sample, then
-                // the table.
-                let groups = self.sample_runs(keys, samples as usize)?;
-                return Ok((groups, self.build_table(keys, &TableConfig::chained())?));
+                // No sample, or more than one group (past SAMPLE_GROUP_ROWS).
+                return sample_then_chained_table(self, keys, samples as usize, most_pairs);
             }
-            let name = if K::BITS == 32 {
-                "sample_and_build_chained_u32"
+            let (sample_name, push_name) = if K::BITS == 32 {
+                (
+                    "sample_and_empty_heads_u32",
+                    "push_chained_unless_many_pairs_u32",
+                )
             } else {
-                "sample_and_build_chained_u64"
+                (
+                    "sample_and_empty_heads_u64",
+                    "push_chained_unless_many_pairs_u64",
+                )
             };
-            let f = self.function_with_dynamic_shared(&crate::KERNELS, name)?;
-            // SAFETY: the launch below, queued after the heads' fill, pushes every key before
-            // anything queued after it on the stream reads the table.
-            let table = unsafe { chained_table_to_build(self, keys, &TableConfig::chained()) }?;
+            let sample_and_empty =
+                self.function_with_dynamic_shared(&crate::KERNELS, sample_name)?;
+            let push = self.function(&crate::KERNELS, push_name)?;
+            let cluster = cluster_of(&sample_and_empty)?;
+            // SAFETY: the first launch below empties the heads, and the second pushes the keys
+            // unless the table is dropped unread.
+            let table = unsafe { chained_table_unemptied(self, keys, &TableConfig::chained()) }?;
             let raw = raw_table(&table);
-            // Every block has the sample's shared memory, so one or two fit an SM: a
-            // grid-stride loop over as many as the device holds at once.
+            // The sample's pairs, in device memory for the build's blocks to read.
+            let pairs = self.alloc::<u64>(1)?;
+            let pairs_ptr = pairs.device_ptr();
+            // Enough blocks beside the sample's to empty the heads in a few passes, in whole
+            // clusters; builders as many as the device holds at once (two of 1024 threads a
+            // SM), each reading the sample's pairs once.
             let resident = 2 * u64::from(self.info().sm_count);
-            let builders = raw.rows.div_ceil(u64::from(THREADS)).clamp(1, resident);
-            let config = LaunchConfig {
-                grid_dim: (builders as u32 + 1, 1, 1),
+            let emptiers = (raw.capacity.div_ceil(4 * u64::from(THREADS)))
+                .clamp(1, resident)
+                .next_multiple_of(u64::from(cluster)) as u32;
+            let builders = raw.rows.div_ceil(u64::from(THREADS)).clamp(1, resident) as u32;
+            let sample_config = LaunchConfig {
+                grid_dim: (cluster + emptiers, 1, 1),
                 block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: sample_shared_bytes::<K>() as u32,
+                shared_mem_bytes: sample_shared_bytes::<K>(cluster),
+            };
+            let push_config = LaunchConfig {
+                grid_dim: (builders, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
             };
             let words = self.posted_words(3, 1, |stream, out, ticket| {
-                let mut args = stream.launch_builder(&f);
-                args.arg(&raw).arg(&samples).arg(&out).arg(&ticket);
-                // SAFETY: `raw` holds the table's emptied heads, one chain entry a key and the
-                // keys; block 0 reads `samples` keys below `rows` and writes 3 words and a ticket
-                // at `out` (posted_words' room); the others write next[0..rows] and the heads.
-                unsafe { args.launch(config) }
+                let mut args = stream.launch_builder(&sample_and_empty);
+                args.arg(&raw)
+                    .arg(&samples)
+                    .arg(&out)
+                    .arg(&ticket)
+                    .arg(&pairs_ptr);
+                // SAFETY: `raw` holds the table's `capacity` heads and the keys; the first
+                // cluster reads `samples` keys below `rows`, writes 3 words and a ticket at
+                // `out` (posted_words' room) and the pairs into `pairs`' one word; the others
+                // write the heads.
+                unsafe { args.launch(sample_config) }.map_err(launch_error)?;
+                let mut args = stream.launch_builder(&push);
+                args.arg(&raw).arg(&pairs_ptr).arg(&most_pairs);
+                // SAFETY: the launch above emptied the heads and wrote the pairs before this one
+                // begins; this reads that word and the keys, and writes the heads and
+                // next[0..rows].
+                unsafe { args.launch(push_config) }
                     .map(drop)
                     .map_err(launch_error)
             })?;
-            Ok((groups_of(&words), table))
+            let groups = groups_of(&words);
+            // The device skipped the build on the same comparison.
+            let built = groups[0].pairs <= most_pairs;
+            Ok((groups, built.then_some(table)))
         }
     }
 }

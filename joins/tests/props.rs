@@ -2,7 +2,7 @@
 //! sizes including empty sides, duplicates on both sides, no matches, all rows on one key,
 //! extreme key values; with the right side deduplicated, the same under `right_unique`; M:N
 //! shapes of 1 … 1024 rows a key on either side. Auto's key samples equal their CPU twin, and
-//! so do the chained tables built beside them.
+//! so do the chained tables built after them.
 //! Materialized payloads are checked against the reference's pairs.
 
 mod common;
@@ -15,8 +15,9 @@ use common::{
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, ChoiceParams, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions,
-    SAMPLE_GROUP_ROWS, SampleRuns, Table, join_columns, join_rows,
+    MAX_SAMPLES, SAMPLE_GROUP_ROWS, SampleRuns, Table, join_columns, join_rows,
 };
+use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend as _, Key};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -127,7 +128,7 @@ fn m_to_n<K: Key>() -> impl Strategy<Value = (Vec<K>, Vec<K>)> {
                     .flat_map(|k| std::iter::repeat_n(key(k), per_key))
                     .chain(extra)
                     .collect();
-                v.sort_by_key(|k| joinkit_cuda::hash::hash64(k.to_u64(), seed));
+                v.sort_by_key(|k| hash64(k.to_u64(), seed));
                 v
             };
             let left = side(left_per_key, &mut (0..misses as u64).map(|i| key(1000 + i)));
@@ -229,7 +230,7 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
     }
 }
 
-/// A chained table built beside a key sample holds every key's rows: its (distinct key's
+/// A chained table built after a key sample holds every key's rows: its (distinct key's
 /// index, build row) pairs, sorted, equal those of the keys themselves.
 fn check_chained_table<B: JoinBackend, K: Key>(
     b: &B,
@@ -282,16 +283,36 @@ fn check_key_samples<K: Key + Arbitrary>(test: &str) {
                     .all(|g| g.top <= g.rows && g.pairs <= g.rows * g.rows)
             );
             let on_cpu = cpu.upload(&keys).unwrap();
-            let (groups, table) = cpu.sample_runs_and_chained_table(&on_cpu, samples).unwrap();
-            prop_assert_eq!(&groups, &want);
-            check_chained_table(&cpu, &keys, &table)?;
+            // The table built where the sample's pairs are at most a limit, and only there:
+            // below, at and above the pairs the sample shows.
+            let pairs: u64 = want.iter().map(|g| g.pairs).sum();
+            for most_pairs in [pairs.saturating_sub(1), pairs, pairs + 1, u64::MAX] {
+                let built = pairs <= most_pairs;
+                let (groups, table) = cpu
+                    .sample_runs_and_chained_table(&on_cpu, samples, most_pairs)
+                    .unwrap();
+                prop_assert_eq!(&groups, &want);
+                prop_assert_eq!(table.is_some(), built);
+                if let Some(table) = &table {
+                    check_chained_table(&cpu, &keys, table)?;
+                }
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let on_gpu = joinkit::Backend::upload(g, &keys).unwrap();
+                    let (groups, table) = g
+                        .sample_runs_and_chained_table(&on_gpu, samples, most_pairs)
+                        .unwrap();
+                    prop_assert_eq!(&groups, &want);
+                    prop_assert_eq!(table.is_some(), built);
+                    if let Some(table) = &table {
+                        check_chained_table(g, &keys, table)?;
+                    }
+                }
+            }
             #[cfg(feature = "cuda")]
             if let Some(g) = &gpu {
                 let on_gpu = joinkit::Backend::upload(g, &keys).unwrap();
                 prop_assert_eq!(&g.sample_runs(&on_gpu, samples).unwrap(), &want);
-                let (groups, table) = g.sample_runs_and_chained_table(&on_gpu, samples).unwrap();
-                prop_assert_eq!(&groups, &want);
-                check_chained_table(g, &keys, &table)?;
             }
             Ok(())
         })
@@ -306,6 +327,38 @@ fn key_samples_match_the_cpu_twin_u32() {
 #[test]
 fn key_samples_match_the_cpu_twin_u64() {
     check_key_samples::<u64>("key_samples_match_the_cpu_twin_u64");
+}
+
+/// Samples of many groups, where the kernel counts each group with fewer blocks (8 up to 16
+/// groups, then 4, 2 and 1 at 128) so that every block's words fit: the same groups as the CPU
+/// twin's, on a column of few and of many distinct keys.
+#[test]
+fn key_samples_of_many_groups_match_the_cpu_twin() {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu("key_samples_of_many_groups_match_the_cpu_twin");
+    let cpu = CpuBackend::new();
+    let rows = MAX_SAMPLES + 12_345;
+    for distinct in [3u64, 1000, rows as u64] {
+        let keys: Vec<u64> = (0..rows as u64).map(|i| hash64(i, 7) % distinct).collect();
+        for samples in [
+            16 * SAMPLE_GROUP_ROWS,
+            100_000,
+            40 * SAMPLE_GROUP_ROWS,
+            MAX_SAMPLES,
+        ] {
+            let want = cpu.sample_runs(&keys, samples).unwrap();
+            assert_eq!(want.len(), samples.div_ceil(SAMPLE_GROUP_ROWS));
+            assert_eq!(want.iter().map(|g| g.rows).sum::<u64>(), samples as u64);
+            if distinct == 3 {
+                assert!(want.iter().all(|g| g.pairs > 0 && g.top >= g.rows / 3));
+            }
+            #[cfg(feature = "cuda")]
+            if let Some(g) = &gpu {
+                let on_gpu = joinkit::Backend::upload(g, &keys).unwrap();
+                assert_eq!(g.sample_runs(&on_gpu, samples).unwrap(), want);
+            }
+        }
+    }
 }
 
 /// Output rows as (left payload bits..., right payload bits..., valid), sorted.

@@ -4,11 +4,13 @@
 //! join's phases for `Auto`, SMJ-OM and NPHJ-chained at 2^18 and 2^20 rows of 4, 8 and 16 a
 //! key (median of 41 or 101 runs, the host clock and the joins' own CUDA events).
 //!
-//! Brought up to date with `SampleRuns::sample_runs_and_chained_table` (fifteenth session: the
-//! sample and the table in one launch). To run: copy into `joins/tests/`, `cargo test --release --features cuda -p joinkit --test
+//! Brought up to date with `SampleRuns::sample_runs_and_chained_table` (sixteenth session: the
+//! sample and the table's emptied heads in one launch, the keys pushed by the next where the
+//! sample's pairs are few). To
+//! run: copy into `joins/tests/`, `cargo test --release --features cuda -p joinkit --test
 //! plan_pieces --no-run`, and on the GPU machine `plan_pieces --nocapture --test-threads 1`;
 //! for the kernels' own times, `ncu --kernel-name regex:sample plan_pieces sample_kernels`
-//! (the key sample alone and beside the chained build, twice at 2^18 and 2^20 rows).
+//! (the key sample alone and with the chained table, twice at 2^18 and 2^20 rows).
 #![cfg(feature = "cuda")]
 use std::time::Instant;
 
@@ -75,7 +77,7 @@ fn plan_cost() {
                 drop(tb);
                 b.synchronize().unwrap();
                 let t = Instant::now();
-                let (_g, tb) = b.sample_runs_and_chained_table(&r, s).unwrap();
+                let (_g, tb) = b.sample_runs_and_chained_table(&r, s, u64::MAX).unwrap();
                 b.synchronize().unwrap();
                 both.push(t.elapsed().as_secs_f64() * 1e6);
                 drop(tb);
@@ -182,15 +184,15 @@ fn plan_pieces() {
         }
         let s = right_sample_rows(rows);
         println!(
-            "2^{n} sample_runs_and_chained_table({s}), until the sample is read: {:.1} us",
+            "2^{n} sample_runs_and_chained_table({s}), build skipped, until the sample is read: {:.1} us",
             host(&mut || {
-                drop(b.sample_runs_and_chained_table(&r, s).unwrap());
+                drop(b.sample_runs_and_chained_table(&r, s, 0).unwrap());
             })
         );
         println!(
-            "2^{n} sample_runs_and_chained_table({s}) + sync: {:.1} us",
+            "2^{n} sample_runs_and_chained_table({s}), built, + sync: {:.1} us",
             host(&mut || {
-                let t = b.sample_runs_and_chained_table(&r, s).unwrap();
+                let t = b.sample_runs_and_chained_table(&r, s, u64::MAX).unwrap();
                 b.synchronize().unwrap();
                 drop(t);
             })
@@ -223,7 +225,7 @@ fn sample_kernels() {
         let s = right_sample_rows(rows);
         for _ in 0..2 {
             b.sample_runs(&r, s).unwrap();
-            drop(b.sample_runs_and_chained_table(&r, s).unwrap());
+            drop(b.sample_runs_and_chained_table(&r, s, u64::MAX).unwrap());
             b.synchronize().unwrap();
         }
     }
