@@ -21,7 +21,7 @@
 #include "joinkit/hash.cuh"
 #include "joinkit/hashtable.cuh"
 
-// Blocks a group counts with (SAMPLE_CLUSTER in src/sample.rs, from the compute capability).
+// Blocks a group counts with (src/sample.rs reads it from the kernel's cluster width).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define JOINKIT_SAMPLE_CLUSTER 8
 #define JOINKIT_SAMPLE_CLUSTER_DIMS __cluster_dims__(JOINKIT_SAMPLE_CLUSTER, 1, 1)
