@@ -15,10 +15,10 @@ use common::{
 use joinkit::reference::join_pairs;
 use joinkit::{
     Algorithm, ChoiceParams, Column, CpuBackend, Error, JoinBackend, JoinKind, JoinOptions,
-    MAX_SAMPLES, SAMPLE_GROUP_ROWS, SampleRuns, Table, join_columns, join_rows,
+    MAX_SAMPLES, SAMPLE_GROUP_ROWS, SampleGroup, SampleRuns, Table, join_columns, join_rows,
 };
+use joinkit_cuda::Key;
 use joinkit_cuda::hash::hash64;
-use joinkit_cuda::{Backend as _, Key};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -282,41 +282,45 @@ fn check_key_samples<K: Key + Arbitrary>(test: &str) {
                 want.iter()
                     .all(|g| g.top <= g.rows && g.pairs <= g.rows * g.rows)
             );
-            let on_cpu = cpu.upload(&keys).unwrap();
             // The table built where the sample's pairs are at most a limit, and only there:
             // below, at and above the pairs the sample shows.
             let pairs: u64 = want.iter().map(|g| g.pairs).sum();
-            for most_pairs in [pairs.saturating_sub(1), pairs, pairs + 1, u64::MAX] {
-                let built = pairs <= most_pairs;
-                let (groups, table) = cpu
-                    .sample_runs_and_chained_table(&on_cpu, samples, most_pairs)
-                    .unwrap();
-                prop_assert_eq!(&groups, &want);
-                prop_assert_eq!(table.is_some(), built);
-                if let Some(table) = &table {
-                    check_chained_table(&cpu, &keys, table)?;
-                }
-                #[cfg(feature = "cuda")]
-                if let Some(g) = &gpu {
-                    let on_gpu = joinkit::Backend::upload(g, &keys).unwrap();
-                    let (groups, table) = g
-                        .sample_runs_and_chained_table(&on_gpu, samples, most_pairs)
-                        .unwrap();
-                    prop_assert_eq!(&groups, &want);
-                    prop_assert_eq!(table.is_some(), built);
-                    if let Some(table) = &table {
-                        check_chained_table(g, &keys, table)?;
-                    }
-                }
-            }
+            let limits = [pairs.saturating_sub(1), pairs, pairs + 1, u64::MAX];
+            check_sample_and_table(&cpu, &keys, samples, &want, limits)?;
             #[cfg(feature = "cuda")]
             if let Some(g) = &gpu {
+                check_sample_and_table(g, &keys, samples, &want, limits)?;
                 let on_gpu = joinkit::Backend::upload(g, &keys).unwrap();
                 prop_assert_eq!(&g.sample_runs(&on_gpu, samples).unwrap(), &want);
             }
             Ok(())
         })
         .unwrap();
+}
+
+/// `b`'s sample of `keys` with the chained table at each of `limits` on its pairs: the groups
+/// `want`, a table exactly where the sample's pairs are at most the limit, holding every key's
+/// rows.
+fn check_sample_and_table<B: JoinBackend + SampleRuns, K: Key>(
+    b: &B,
+    keys: &[K],
+    samples: usize,
+    want: &[SampleGroup],
+    limits: [u64; 4],
+) -> Result<(), TestCaseError> {
+    let on_b = b.upload(keys).unwrap();
+    let pairs: u64 = want.iter().map(|g| g.pairs).sum();
+    for most_pairs in limits {
+        let (groups, table) = b
+            .sample_runs_and_chained_table(&on_b, samples, most_pairs)
+            .unwrap();
+        prop_assert_eq!(&groups[..], want);
+        prop_assert_eq!(table.is_some(), pairs <= most_pairs);
+        if let Some(table) = &table {
+            check_chained_table(b, keys, table)?;
+        }
+    }
+    Ok(())
 }
 
 #[test]
