@@ -223,10 +223,11 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 ///
 /// Where the sample can only choose between NPHJ-chained and SMJ-OM (right keys not promised
 /// unique, [`ChoiceParams::chained_or_merge`]), the sample's launch also empties the chained
-/// table's heads ([`SampleRuns::sample_runs_and_chained_table`](crate::SampleRuns)), and the
-/// plan pushes the keys when the choice is NPHJ-chained, whose join keeps the table: one launch
-/// before the choice. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms and more) the
-/// table is never built.
+/// table's heads and the build queued behind it pushes the keys unless the sample's pairs pick
+/// SMJ-OM ([`SampleRuns::sample_runs_and_chained_table`](crate::SampleRuns)): one launch
+/// before the choice, the build running while the host chooses, and the join keeps the table
+/// when the choice is NPHJ-chained. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms
+/// and more) the table is not built.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
