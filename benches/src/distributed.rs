@@ -766,7 +766,9 @@ fn report(
                 st.local.phase_ms("transform"),
                 st.local.phase_ms("match"),
                 st.local.phase_ms("materialize"),
-                if st.narrowed_keys {
+                if st.narrowed_by_partition {
+                    ", keys narrowed by the partition by rank"
+                } else if st.narrowed_keys {
                     ", keys narrowed before the shuffle"
                 } else if st.local.narrowed_keys {
                     ", keys narrowed"

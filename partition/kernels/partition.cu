@@ -52,7 +52,9 @@ struct Shape<1024> {
 };
 
 // Partition of a key: bits [shift, shift + log2(mask + 1)) (kind 0), or the seeded murmur hash
-// mapped onto [0, fanout) by a multiply-shift (kind 1). Mirrors `DigitFn` in src/cuda.rs.
+// mapped onto [0, fanout) by a multiply-shift (kind 1), or that hash of the key's low 32 bits
+// as a 4-byte key (kind 2: 8-byte keys narrowed as they are partitioned). Mirrors `DigitFn` in
+// src/cuda.rs.
 struct DigitFn {
   uint32_t kind;
   uint32_t shift;
@@ -63,18 +65,20 @@ struct DigitFn {
   template <typename K>
   __device__ __forceinline__ uint32_t operator()(K key) const {
     if (kind == 0) return static_cast<uint32_t>(key >> shift) & mask;
-    return static_cast<uint32_t>(
-        (static_cast<uint64_t>(joinkit::hash_key(key, seed)) * fanout) >> 32);
+    const uint32_t h = kind == 1 ? joinkit::hash_key(key, seed)
+                                 : joinkit::hash_key(static_cast<uint32_t>(key), seed);
+    return static_cast<uint32_t>((static_cast<uint64_t>(h) * fanout) >> 32);
   }
 };
 
-// Columns moved along with the keys: src (0 = write the row index instead), dst, width in bytes
-// (4 or 8). Passed by value. Mirrors `Columns` in src/cuda.rs.
+// Columns moved along with the keys: src (0 = write the row index plus id_base instead), dst,
+// width in bytes (4 or 8). Passed by value. Mirrors `Columns` in src/cuda.rs.
 struct Columns {
   uint64_t src[kMaxColumns];
   uint64_t dst[kMaxColumns];
   uint32_t width[kMaxColumns];
   uint32_t count;
+  uint64_t id_base;
 };
 
 template <int RADIX>
@@ -231,7 +235,7 @@ struct BucketDest {
 // Stages one column of the tile in digit order and writes it out as contiguous runs.
 template <typename V, int RADIX, typename Dest>
 __device__ __forceinline__ void move_column(TileSmem<RADIX>& s, uint64_t src, uint64_t dst,
-                                            uint64_t begin, uint32_t count,
+                                            uint64_t id_base, uint64_t begin, uint32_t count,
                                             const uint32_t (&slot)[Shape<RADIX>::kItems],
                                             const Dest& dest) {
   constexpr int kItems = Shape<RADIX>::kItems;
@@ -240,7 +244,8 @@ __device__ __forceinline__ void move_column(TileSmem<RADIX>& s, uint64_t src, ui
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     const uint32_t idx = item_index<kItems>(j);
-    if (idx < count) v[j] = in != nullptr ? in[begin + idx] : static_cast<V>(begin + idx);
+    if (idx < count)
+      v[j] = in != nullptr ? in[begin + idx] : static_cast<V>(id_base + begin + idx);
   }
   V* staged = reinterpret_cast<V*>(s.buf);
   __syncthreads();  // the staging buffer is free
@@ -262,10 +267,11 @@ __device__ __forceinline__ void move_columns(TileSmem<RADIX>& s, const Columns& 
                                              const uint32_t (&slot)[Shape<RADIX>::kItems],
                                              const Dest& dest) {
   for (uint32_t c = 0; c < cols.count; ++c) {
+    const uint64_t src = cols.src[c], dst = cols.dst[c];
     if (cols.width[c] == 4)
-      move_column<uint32_t, RADIX>(s, cols.src[c], cols.dst[c], begin, count, slot, dest);
+      move_column<uint32_t, RADIX>(s, src, dst, cols.id_base, begin, count, slot, dest);
     else
-      move_column<uint64_t, RADIX>(s, cols.src[c], cols.dst[c], begin, count, slot, dest);
+      move_column<uint64_t, RADIX>(s, src, dst, cols.id_base, begin, count, slot, dest);
   }
 }
 
@@ -292,16 +298,21 @@ __device__ __forceinline__ void stage_keys(TileSmem<RADIX>& s,
 // Per-chunk digit histograms: counts[d * gridDim.x + blockIdx.x] for d < fn.fanout. Each thread
 // reads 16-byte vectors and counts runs of equal digits in registers before adding them to its
 // warp's counters, so sorted or constant keys cost one shared atomic per run, not per key.
-template <typename K, int RADIX>
+// With kWindow, *outside is set when a key lies outside [window, window + 2^32): the keys whose
+// low 32 bits the scatter writes must all lie in one such window for those to be one-to-one.
+template <typename K, int RADIX, bool kWindow = false>
 __device__ void histogram(const K* __restrict__ keys, uint64_t n, DigitFn fn, uint64_t* counts,
-                          uint64_t chunk_rows) {
+                          uint64_t chunk_rows, uint64_t window = 0,
+                          uint32_t* outside = nullptr) {
   // Per-warp counters: a chunk holds fewer than 2^31 elements (the host sizes chunks so).
   __shared__ uint32_t h[kWarps][RADIX];
   for (int i = threadIdx.x; i < kWarps * RADIX; i += kThreads) (&h[0][0])[i] = 0;
   __syncthreads();
   uint32_t* mine = h[joinkit::warp_id()];
   uint32_t run_digit = kInvalid, run = 0;
+  bool out_of_window = false;
   auto count = [&](K key) {
+    if (kWindow) out_of_window |= ((static_cast<uint64_t>(key) - window) >> 32) != 0;
     const uint32_t d = fn(key);
     if (d == run_digit) {
       ++run;
@@ -337,6 +348,9 @@ __device__ void histogram(const K* __restrict__ keys, uint64_t n, DigitFn fn, ui
   }
   for (uint64_t i = tail + threadIdx.x; i < end; i += kThreads) count(keys[i]);
   if (run != 0) atomicAdd(&mine[run_digit], run);
+  if (kWindow) {
+    if (__syncthreads_or(out_of_window) && threadIdx.x == 0) atomicOr(outside, 1u);
+  }
   __syncthreads();
   for (uint32_t d = threadIdx.x; d < fn.fanout; d += kThreads) {
     uint64_t sum = 0;
@@ -395,8 +409,8 @@ __device__ __forceinline__ void put(uint64_t dst, uint32_t width, uint64_t at, u
 // and `totals` the per-digit totals (from part_scan_counts). Chunk 0 also writes the partition
 // offsets (fanout + 1 of them) when `offsets` is set. Dynamic shared memory: one tile, the
 // keys followed by each column with a source (kThreads * ITEMS rows each).
-template <typename K, int RADIX, int ITEMS>
-__device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, DigitFn fn,
+template <typename K, int RADIX, int ITEMS, typename KOut = K>
+__device__ void sweep(const K* __restrict__ keys, KOut* keys_out, uint64_t n, DigitFn fn,
                       const uint64_t* counts, const uint64_t* totals, uint64_t chunk_rows,
                       uint64_t* offsets, const Columns& cols) {
   using S = SweepSmem<RADIX, ITEMS>;
@@ -476,19 +490,19 @@ __device__ void sweep(const K* __restrict__ keys, K* keys_out, uint64_t n, Digit
         const uint32_t m = s.map[i];
         const uint32_t src = m & 0xffffu;
         const uint64_t at = s.dest[m >> 16] + i;
-        if (keys_out != nullptr) keys_out[at] = tile_keys[src];
-        col_out[at] = ids ? static_cast<uint32_t>(b + src) : col_in[src];
+        if (keys_out != nullptr) keys_out[at] = static_cast<KOut>(tile_keys[src]);
+        col_out[at] = ids ? static_cast<uint32_t>(cols.id_base + b + src) : col_in[src];
       }
     } else {
       for (uint32_t i = threadIdx.x; i < count; i += kThreads) {
         const uint32_t m = s.map[i];
         const uint32_t src = m & 0xffffu;
         const uint64_t at = s.dest[m >> 16] + i;
-        if (keys_out != nullptr) keys_out[at] = tile_keys[src];
+        if (keys_out != nullptr) keys_out[at] = static_cast<KOut>(tile_keys[src]);
         uint32_t off = kTile * sizeof(K);
         for (uint32_t c = 0; c < cols.count; ++c) {
           const uint32_t w = cols.width[c];
-          uint64_t v = b + src;  // no source: the row index
+          uint64_t v = cols.id_base + b + src;  // no source: the row index plus the base
           if (cols.src[c] != 0) {
             v = w == 4 ? reinterpret_cast<const uint32_t*>(tile + off)[src]
                        : reinterpret_cast<const uint64_t*>(tile + off)[src];
@@ -681,6 +695,22 @@ JK_SWEEP_KERNEL(uint64_t, u64, 1024, 8, 2)
 // The small class (fan-outs up to 16) has a histogram and a scatter, no bucket chains.
 JK_HIST_KERNEL(uint32_t, u32, 16)
 JK_HIST_KERNEL(uint64_t, u64, 16)
+
+// 8-byte keys partitioned by their low 32 bits, written as those (the distributed join's
+// partition by rank narrowing its keys in the same pass): the histogram also checks that every
+// key lies in the window [window, window + 2^32), the scatter writes 4-byte keys.
+extern "C" __global__ void __launch_bounds__(kThreads)
+    part_hist16_low_u64(const uint64_t* keys, uint64_t n, DigitFn fn, uint64_t* counts,
+                        uint64_t chunk_rows, uint64_t window, uint32_t* outside) {
+  histogram<uint64_t, 16, true>(keys, n, fn, counts, chunk_rows, window, outside);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 4)
+    part_sweep16x16_low_u64(const uint64_t* keys, uint32_t* keys_out, uint64_t n, DigitFn fn,
+                            const uint64_t* counts, const uint64_t* totals, uint64_t chunk_rows,
+                            uint64_t* offsets, Columns cols) {
+  sweep<uint64_t, 16, 16, uint32_t>(keys, keys_out, n, fn, counts, totals, chunk_rows, offsets,
+                                    cols);
+}
 
 JK_PARTITION_KERNELS(uint32_t, u32, 256)
 JK_PARTITION_KERNELS(uint64_t, u64, 256)

@@ -74,6 +74,13 @@ impl DigitFn {
             fanout: fanout as u32,
         }
     }
+    /// The hash partition of a key's low 32 bits as a 4-byte key.
+    fn hash_low_words(fanout: usize, seed: u32) -> Self {
+        DigitFn {
+            kind: 2,
+            ..Self::hash(fanout, seed)
+        }
+    }
     /// Counters the kernels keep per digit: 256 or 1024.
     fn radix_size(&self) -> u32 {
         if self.fanout <= 256 { 256 } else { 1024 }
@@ -108,6 +115,8 @@ struct Columns {
     dst: [u64; MAX_COLUMNS],
     width: [u32; MAX_COLUMNS],
     count: u32,
+    /// Added to the row index of generated row ids.
+    id_base: u64,
 }
 // SAFETY: a plain repr(C) struct of integers, laid out as the kernel's `Columns`.
 unsafe impl DeviceRepr for Columns {}
@@ -119,6 +128,7 @@ impl Columns {
             dst: [0; MAX_COLUMNS],
             width: [0; MAX_COLUMNS],
             count: specs.len().min(MAX_COLUMNS) as u32,
+            id_base: 0,
         };
         for (i, s) in specs.iter().take(MAX_COLUMNS).enumerate() {
             c.src[i] = s.src;
@@ -530,7 +540,22 @@ struct Pass<'c> {
     counts: u64,
     totals: u64,
     plan: Plan,
+    /// Set for 8-byte keys written as their low 32 bits ([`hash_partition_low_words`]).
+    low_words: Option<LowWordsPass>,
 }
+
+/// What a pass that narrows its 8-byte keys adds: the window every key must lie in, the flag
+/// it sets when one does not, and the first generated row id.
+#[derive(Debug, Clone, Copy)]
+struct LowWordsPass {
+    window: u64,
+    outside: u64,
+    id_base: u64,
+}
+
+/// The histogram and scatter of a pass narrowing 8-byte keys (the small fan-out class only).
+const LOW_WORDS_HIST: &str = "part_hist16_low_u64";
+const LOW_WORDS_SWEEP: &str = "part_sweep16x16_low_u64";
 
 impl Pass<'_> {
     /// The plan of a pass moving `cols`: sized for its first scatter launch.
@@ -547,17 +572,32 @@ impl Pass<'_> {
 
     fn run(&self, backend: &CudaBackend) -> Result<()> {
         let radix = self.digit.sweep_class(self.key_bits, self.cols);
-        // part_histR_K(keys[n], n, fn, counts[fanout * chunks], chunk_rows)
-        launch!(
-            backend,
-            hist_name(radix, self.key_bits),
-            self.plan.grid(0),
-            &self.keys_in,
-            &self.n,
-            &self.digit,
-            &self.counts,
-            &self.plan.chunk_rows
-        )?;
+        match &self.low_words {
+            // part_histR_K(keys[n], n, fn, counts[fanout * chunks], chunk_rows)
+            None => launch!(
+                backend,
+                hist_name(radix, self.key_bits),
+                self.plan.grid(0),
+                &self.keys_in,
+                &self.n,
+                &self.digit,
+                &self.counts,
+                &self.plan.chunk_rows
+            )?,
+            // part_hist16_low_u64(..., window, outside[1])
+            Some(low) => launch!(
+                backend,
+                LOW_WORDS_HIST,
+                self.plan.grid(0),
+                &self.keys_in,
+                &self.n,
+                &self.digit,
+                &self.counts,
+                &self.plan.chunk_rows,
+                &low.window,
+                &low.outside
+            )?,
+        }
         // part_scan_counts(counts[fanout * chunks], totals[fanout], chunks): one block per row.
         let chunks = u64::from(self.plan.chunks);
         let scan_cfg = LaunchConfig {
@@ -580,7 +620,12 @@ impl Pass<'_> {
             .into_iter()
             .enumerate()
         {
-            let cols = Columns::of(&self.cols[at..end]);
+            let mut cols = Columns::of(&self.cols[at..end]);
+            cols.id_base = self.low_words.map_or(0, |l| l.id_base);
+            let name = match self.low_words {
+                Some(_) => LOW_WORDS_SWEEP,
+                None => sweep.name,
+            };
             at = end;
             let (keys_out, offsets) = if g == 0 {
                 (self.keys_out, self.offsets)
@@ -589,7 +634,7 @@ impl Pass<'_> {
             };
             launch!(
                 shared: backend,
-                sweep.name,
+                name,
                 self.plan.grid(sweep.smem),
                 &self.keys_in,
                 &keys_out,
@@ -730,6 +775,7 @@ pub fn radix_partition<K: Key>(
             counts,
             totals,
             plan,
+            low_words: None,
         }
         .run(backend)?;
         // This pass's outputs are the next one's inputs (row ids included).
@@ -969,6 +1015,71 @@ pub fn hash_partition<K: Key>(
         counts,
         totals: counts + align(fanout * 8 * plan.chunks as usize) as u64,
         plan,
+        low_words: None,
+    }
+    .run(backend)
+}
+
+/// The partition by `fanout` (at most 16) of 8-byte keys by the seeded hash of their low 32
+/// bits as 4-byte keys ([`crate::hash_partition_of`] of those): writes the low words to
+/// `keys_out`, the row ids `ids_from + row` to `row_ids` and the `fanout + 1` offsets, and sets
+/// `outside[0]` to a non-zero value when a key lies outside `[window, window + 2^32)` (the
+/// caller clears it first). The low words are one-to-one on keys of one such window; the flag
+/// tells the caller whether its keys were. See [`crate::LowWordsPartition`].
+///
+/// # Errors
+/// As [`crate::LowWordsPartition::hash_partition_low_words`], plus [`Error::LengthMismatch`] for
+/// outputs of another length than the keys or offsets of another length than `fanout + 1`.
+#[allow(clippy::too_many_arguments)] // keys in and out, ids, offsets, the window and its flag
+pub fn hash_partition_low_words<K: Key>(
+    backend: &CudaBackend,
+    keys_in: &CudaView<'_, K>,
+    keys_out: &mut CudaViewMut<'_, u32>,
+    row_ids: &mut CudaViewMut<'_, u32>,
+    ids_from: u32,
+    offsets: &mut CudaViewMut<'_, u64>,
+    (fanout, seed): (usize, u32),
+    (window, outside): (u64, &mut CudaViewMut<'_, u32>),
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let n = keys_in.len();
+    const WHAT: &str = "hash_partition_low_words keys vs output";
+    Error::check_len(WHAT, n, keys_out.len())?;
+    Error::check_len(WHAT, n, row_ids.len())?;
+    Error::check_len("the window's flag", 1, outside.len())?;
+    let fanout = crate::low_words::check_low_words::<K>(n, fanout, ids_from)?;
+    Error::check_len(
+        "hash_partition_low_words offsets vs fan-out + 1",
+        fanout + 1,
+        offsets.len(),
+    )?;
+    if n == 0 {
+        return zero_offsets(backend, offsets);
+    }
+    let ids = [ColSpec {
+        src: 0,
+        dst: ptr_out(backend, row_ids),
+        width: 4,
+    }];
+    let digit = DigitFn::hash_low_words(fanout, seed);
+    let plan = Plan::new(backend, n, LOW_WORDS_SWEEP, THREADS as usize * 16 * 8)?;
+    let counts = scratch.reserve(backend, plan.histogram_bytes(digit.fanout))?;
+    Pass {
+        key_bits: 64,
+        keys_in: ptr_in(backend, keys_in),
+        keys_out: ptr_out(backend, keys_out),
+        n: n as u64,
+        digit,
+        cols: &ids,
+        offsets: ptr_out(backend, offsets),
+        counts,
+        totals: counts + align(fanout * 8 * plan.chunks as usize) as u64,
+        plan,
+        low_words: Some(LowWordsPass {
+            window,
+            outside: ptr_out(backend, outside),
+            id_base: u64::from(ids_from),
+        }),
     }
     .run(backend)
 }

@@ -8,8 +8,9 @@ use std::ops::Range;
 
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key, hash};
 use joinkit_partition::{
-    BucketChainPartition, Column, FlatPartitions, HashPartition, Partitioned, Partitioner,
-    RadixPartition, RowIds, bucket_pool_buckets, hash_partition_of,
+    BucketChainPartition, Column, FlatPartitions, HashPartition, LowWords, LowWordsPartition,
+    MAX_LOW_WORDS_FANOUT, Partitioned, Partitioner, RadixPartition, RowIds, bucket_pool_buckets,
+    hash_partition_of,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -406,6 +407,143 @@ fn hash_u32() {
 #[test]
 fn hash_u64() {
     check_hash::<u64>("hash_u64");
+}
+
+/// A partition into low words checked against the naive one: offsets, and per partition the
+/// multiset of (low word, row id); the window's flag against every key. Returns the
+/// per-partition multisets, for comparing backends.
+fn check_low_words<B: Backend>(
+    b: &B,
+    keys: &[u64],
+    (fanout, seed): (usize, u32),
+    window: u64,
+    ids_from: u32,
+    out: &LowWords<B>,
+) -> Result<Vec<Vec<(u32, u32)>>, TestCaseError> {
+    let low = |k: u64| k as u32;
+    let mut want = vec![Vec::new(); fanout];
+    for (i, &k) in keys.iter().enumerate() {
+        want[hash_partition_of(low(k), seed, fanout as u32)].push((low(k), ids_from + i as u32));
+    }
+    let (got_keys, got_ids) = (
+        b.download(&out.keys).unwrap(),
+        b.download(&out.row_ids).unwrap(),
+    );
+    let offsets = b.download(&out.offsets).unwrap();
+    prop_assert_eq!(offsets.len(), fanout + 1);
+    let mut got = Vec::with_capacity(fanout);
+    for (p, w) in want.iter_mut().enumerate() {
+        prop_assert_eq!(
+            offsets[p + 1] - offsets[p],
+            w.len() as u64,
+            "partition {}",
+            p
+        );
+        let range = offsets[p] as usize..offsets[p + 1] as usize;
+        let mut g: Vec<(u32, u32)> = got_keys[range.clone()]
+            .iter()
+            .copied()
+            .zip(got_ids[range].iter().copied())
+            .collect();
+        g.sort_unstable();
+        w.sort_unstable();
+        prop_assert_eq!(&g, w, "partition {}", p);
+        got.push(g);
+    }
+    let inside = keys.iter().all(|&k| k.wrapping_sub(window) >> 32 == 0);
+    prop_assert_eq!(out.within_window, inside);
+    Ok(got)
+}
+
+/// The partition into low words on both backends: keys of every shape, windows at the least
+/// key (every key inside where they span under 2^32), at a random place and at the top of the
+/// key space, fan-outs 1 to 16, ids from 0 and from a high base.
+#[test]
+fn low_words_partition_the_low_words_and_check_the_window() {
+    let gpu = gpu("low_words_partition_the_low_words_and_check_the_window");
+    let narrow_keys = (
+        any::<u64>(),
+        proptest::collection::vec(0u64..1 << 32, 0..3000),
+    )
+        .prop_map(|(base, v)| v.into_iter().map(|x| base.wrapping_add(x)).collect());
+    let keys = prop_oneof![keys::<u64>(), narrow_keys];
+    let window = prop_oneof![
+        Just(None),
+        Just(Some(u64::MAX - 5)),
+        any::<u64>().prop_map(Some)
+    ];
+    let fanout = prop_oneof![
+        Just(1usize),
+        Just(2),
+        Just(3),
+        Just(MAX_LOW_WORDS_FANOUT),
+        1usize..17
+    ];
+    let ids_from = prop_oneof![Just(0u32), Just(1 << 31), any::<u32>().prop_map(|x| x >> 4)];
+    runner()
+        .run(
+            &(keys, window, fanout, any::<u32>(), ids_from),
+            |(k, window, fanout, seed, ids_from)| {
+                let window = window.unwrap_or_else(|| k.iter().copied().min().unwrap_or(0));
+                let cpu = CpuBackend::new();
+                let by = (fanout, seed);
+                let out = cpu
+                    .hash_partition_low_words(&k, by, window, ids_from)
+                    .unwrap();
+                let want = check_low_words(&cpu, &k, by, window, ids_from, &out)?;
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let dk = g.upload(&k).unwrap();
+                    let out = g
+                        .hash_partition_low_words(&dk, by, window, ids_from)
+                        .unwrap();
+                    let got = check_low_words(g, &k, by, window, ids_from, &out)?;
+                    prop_assert_eq!(got, want);
+                }
+                #[cfg(not(feature = "cuda"))]
+                let _ = (&gpu, want);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// Bad arguments to the partition into low words: typed errors on both backends.
+fn low_words_errors<B: LowWordsPartition>(b: &B) {
+    let wide = b.upload(&[1u64, 2, 3]).unwrap();
+    let narrow = b.upload(&[1u32, 2, 3]).unwrap();
+    assert!(matches!(
+        b.hash_partition_low_words(&narrow, (2, 0), 0, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        b.hash_partition_low_words(&wide, (0, 0), 0, 0),
+        Err(Error::EmptyInput(_))
+    ));
+    assert!(matches!(
+        b.hash_partition_low_words(&wide, (MAX_LOW_WORDS_FANOUT + 1, 0), 0, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        b.hash_partition_low_words(&wide, (2, 0), 0, u32::MAX - 1),
+        Err(Error::SizeOverflow(_))
+    ));
+    // The last ids that fit.
+    let out = b
+        .hash_partition_low_words(&wide, (2, 0), 0, u32::MAX - 2)
+        .unwrap();
+    let mut ids = b.download(&out.row_ids).unwrap();
+    ids.sort_unstable();
+    assert_eq!(ids, [u32::MAX - 2, u32::MAX - 1, u32::MAX]);
+}
+
+#[test]
+fn low_words_bad_input_is_a_typed_error() {
+    low_words_errors(&CpuBackend::new());
+    #[cfg(feature = "cuda")]
+    if let Some(g) = gpu("low_words_bad_input_is_a_typed_error") {
+        low_words_errors(&g);
+    }
 }
 
 fn partitioner<K: Key>() -> impl Strategy<Value = Partitioner> {
@@ -988,6 +1126,64 @@ mod large {
                     }
                 }
             }
+        }
+    }
+
+    /// The partition into low words over many tiles and chunks: the rows of Gao's shape (dense
+    /// keys above 2^32, so the low words differ from the keys), one key past the window in the
+    /// last partial tile or none, against the CPU twin's partitions.
+    #[test]
+    fn low_words_large_equals_cpu() {
+        let Some(g) = gpu("low_words_large_equals_cpu") else {
+            return;
+        };
+        let cpu = CpuBackend::new();
+        let base = 5u64 << 32;
+        for (n, fanout, outlier) in [(N + 5, 2usize, false), (N + 5, 2, true), (N - 3, 16, false)] {
+            let mut keys: Vec<u64> = uniform::<u32>(n)
+                .into_iter()
+                .map(|k| base + u64::from(k))
+                .collect();
+            if outlier {
+                keys[n - 2] = base - 1;
+            }
+            let by = (fanout, 3);
+            let dev = g
+                .hash_partition_low_words(&g.upload(&keys).unwrap(), by, base, 7)
+                .unwrap();
+            let want = cpu.hash_partition_low_words(&keys, by, base, 7).unwrap();
+            assert_eq!(dev.within_window, !outlier);
+            assert_eq!(want.within_window, !outlier);
+            let set = |b: &dyn Fn() -> (Vec<u32>, Vec<u32>, Vec<u64>)| {
+                let (k, ids, off) = b();
+                (0..fanout)
+                    .map(|p| {
+                        let r = off[p] as usize..off[p + 1] as usize;
+                        let mut v: Vec<(u32, u32)> = k[r.clone()]
+                            .iter()
+                            .copied()
+                            .zip(ids[r].iter().copied())
+                            .collect();
+                        v.sort_unstable();
+                        v
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let dev_parts = set(&|| {
+                (
+                    g.download(&dev.keys).unwrap(),
+                    g.download(&dev.row_ids).unwrap(),
+                    g.download(&dev.offsets).unwrap(),
+                )
+            });
+            let want_parts = set(&|| {
+                (
+                    want.keys.clone(),
+                    want.row_ids.clone(),
+                    want.offsets.clone(),
+                )
+            });
+            assert!(dev_parts == want_parts, "{n} rows, fan-out {fanout}");
         }
     }
 

@@ -2,16 +2,18 @@
 //! keys), move the rows (shuffle or replicate), join locally, and report.
 
 use joinkit::{
-    CoPartitionJoin, JoinBackend, JoinOptions, JoinStats, Materialized, PartitionedProbe, Table,
-    add_phase, check_rows, join_columns,
+    CoPartitionJoin, JoinBackend, JoinKind, JoinOptions, JoinStats, Materialized, PartitionedProbe,
+    Table, add_phase, check_rows, join_columns,
 };
 use joinkit_codec::Codec;
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
-use joinkit_partition::HashPartition;
+use joinkit_partition::{HashPartition, LowWordsPartition, MAX_LOW_WORDS_FANOUT};
 
 use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_stats, probes_partitioned};
-use crate::shuffle::{TwoLevel, partition, row_bytes, settle, settle_gather, shuffle_side};
+use crate::shuffle::{
+    SHUFFLE_SEED, TwoLevel, counts_of, partition, row_bytes, settle, settle_gather, shuffle_side,
+};
 use crate::skew::{heavy_keys, split_heavy};
 use crate::stats::Span;
 use crate::wire::{Arrival, Level, Links, Pattern, Traffic, move_table, plan_wire};
@@ -48,10 +50,16 @@ impl<B: Backend, K: Key> Drop for InFlight<'_, B, K> {
 }
 
 /// Everything a backend needs for the distributed joins: the single-device joins, the hash
-/// partition that picks each row's rank, the codec of compressed shuffles, and a second
-/// stream for the pipelined shuffle.
-pub trait DistributedBackend: JoinBackend + HashPartition + Codec + SideStream {}
-impl<B: JoinBackend + HashPartition + Codec + SideStream> DistributedBackend for B {}
+/// partitions that pick each row's rank (one narrowing 8-byte keys as it goes), the codec of
+/// compressed shuffles, and a second stream for the pipelined shuffle.
+pub trait DistributedBackend:
+    JoinBackend + HashPartition + LowWordsPartition + Codec + SideStream
+{
+}
+impl<B: JoinBackend + HashPartition + LowWordsPartition + Codec + SideStream> DistributedBackend
+    for B
+{
+}
 
 /// Joins `left` and `right` spread over the ranks of `comm` and returns this rank's part of
 /// the output as global row ids ([`crate::global_row`]: the rank that held the row, and its
@@ -86,41 +94,28 @@ where
             .and_then(|()| check_rows(right.len()))
             .map(|()| vec![left.len() as u64, right.len() as u64]),
     )?;
-    let packed = packed_row_bits(comm.size(), &rows);
-    let ids = |n: usize| -> Result<Column<C::Backend>> {
-        Ok(match packed {
-            Some(row_bits) => {
-                let mut ids = b.alloc::<u32>(n)?;
-                b.iota(&mut ids, (comm.rank() as u64) << row_bits)?;
-                Column::U32(ids)
-            }
-            None => {
-                let mut ids = b.alloc::<u64>(n)?;
-                b.iota(&mut ids, global_row(comm.rank(), 0))?;
-                Column::U64(ids)
-            }
-        })
+    let ids = RowIdsToMake {
+        packed: packed_row_bits(comm.size(), &rows),
+        right: opts.join.kind.has_right_rows(),
     };
-    let tables = (|| {
-        let left_ids = ids(left.len())?;
-        let right_payloads = if opts.join.kind.has_right_rows() {
-            vec![ids(right.len())?]
-        } else {
-            Vec::new()
-        };
-        Ok((
-            Table::new(left, vec![left_ids])?,
-            Table::new(right, right_payloads)?,
-        ))
-    })();
-    let (left, right) = settle(comm, "row ids", tables)?;
+    let packed = ids.packed;
+    let keys_only = |keys| Table {
+        keys,
+        payloads: Vec::new(),
+    };
     // The output returned holds 8-byte ids: with 4-byte ones the join's output is half as
     // wide, so its budget is halved (for a left outer join's validity column, conservatively).
     let mut run_opts = *opts;
     if packed.is_some() {
         run_opts.join.memory_budget = opts.join.memory_budget.map(|bytes| bytes / 2);
     }
-    let (out, stats) = run(comm, b, left, right, &run_opts)?;
+    let (out, stats) = run(
+        comm,
+        b,
+        (keys_only(left), keys_only(right)),
+        &run_opts,
+        Some(ids),
+    )?;
     let u64_of = |mut cols: Vec<Column<C::Backend>>| match (cols.pop(), packed) {
         (Some(Column::U64(c)), None) => Ok(Some(c)),
         (Some(Column::U32(c)), Some(row_bits)) => b.unpack_ids(&c, row_bits).map(Some),
@@ -152,6 +147,67 @@ fn packed_row_bits(ranks: usize, rows: &[Vec<u64>]) -> Option<u32> {
     (row_bits + bits(ranks as u64) <= 32).then_some(row_bits)
 }
 
+/// A join's left and right tables.
+type Sides<B, K> = (Table<B, K>, Table<B, K>);
+
+/// The row ids of [`distributed_join_rows`], still to be made: written by the partition by
+/// rank that narrows the keys where the join takes it, else attached to the tables up front.
+#[derive(Debug, Clone, Copy)]
+struct RowIdsToMake {
+    /// `Some(row_bits)`: 4-byte ids, `rank << row_bits | row`; `None`: [`global_row`]'s 8 bytes.
+    packed: Option<u32>,
+    /// Whether the right side carries ids too (joins whose output has right rows).
+    right: bool,
+}
+
+impl RowIdsToMake {
+    /// The id of this rank's first row.
+    fn first(self, rank: usize) -> u64 {
+        match self.packed {
+            Some(row_bits) => (rank as u64) << row_bits,
+            None => global_row(rank, 0),
+        }
+    }
+
+    /// `n` ids from this rank's first.
+    fn column<B: Backend>(self, b: &B, rank: usize, n: usize) -> Result<Column<B>> {
+        Ok(match self.packed {
+            Some(_) => {
+                let mut ids = b.alloc::<u32>(n)?;
+                b.iota(&mut ids, self.first(rank))?;
+                Column::U32(ids)
+            }
+            None => {
+                let mut ids = b.alloc::<u64>(n)?;
+                b.iota(&mut ids, self.first(rank))?;
+                Column::U64(ids)
+            }
+        })
+    }
+
+    /// Both tables with their ids as their payloads (every rank agreeing that it made them).
+    fn attach<C: Communicator, K: Key>(
+        self,
+        comm: &C,
+        b: &C::Backend,
+        (left, right): Sides<C::Backend, K>,
+    ) -> Result<Sides<C::Backend, K>> {
+        let rank = comm.rank();
+        let tables = (|| {
+            let left_ids = self.column(b, rank, left.len())?;
+            let right_ids = match self.right {
+                true => vec![self.column(b, rank, right.len())?],
+                false => Vec::new(),
+            };
+            Ok((
+                Table::new(left.keys, vec![left_ids])?,
+                Table::new(right.keys, right_ids)?,
+            ))
+        })();
+        settle(comm, "row ids", tables)
+    }
+}
+
 /// Joins two tables spread over the ranks of `comm` and returns this rank's part of the
 /// output columns (as [`joinkit::join_columns`] returns them), with statistics. Every rank
 /// calls it with its own rows and the same options; the tables are consumed.
@@ -171,7 +227,7 @@ where
     C::Backend: DistributedBackend,
     K: Key,
 {
-    run(comm, b, left, right, opts)
+    run(comm, b, (left, right), opts, None)
 }
 
 /// A fingerprint of what every rank must agree on: options, key width, column types, size.
@@ -212,9 +268,9 @@ struct Plan<K> {
 fn run<C, K>(
     comm: &C,
     b: &C::Backend,
-    left: Table<C::Backend, K>,
-    right: Table<C::Backend, K>,
+    (left, right): (Table<C::Backend, K>, Table<C::Backend, K>),
     opts: &DistributedOptions,
+    ids: Option<RowIdsToMake>,
 ) -> Result<(Materialized<C::Backend>, DistributedStats)>
 where
     C: Communicator,
@@ -245,11 +301,41 @@ where
     }
     let mut clock = Clock::new();
     let sizes = [1, 2].map(|i| all.iter().map(|w| w[i]).sum::<u64>());
+    let (left, right) = match ids {
+        Some(ids) if partitions_into_low_words::<K>(ranks, &sizes, opts, ids) => {
+            let window = clock.phase(b, "narrow", || {
+                Ok(sampled_span(comm, b, &left, &right)?.map(window_around))
+            })?;
+            let sides = match window {
+                Some(window) => {
+                    let inputs = Inputs::LowWords(LowWordSides {
+                        left: Some(left),
+                        right: Some(right),
+                        window,
+                        ids,
+                    });
+                    match spread(comm, b, inputs, opts, clock, &sizes)? {
+                        Spread::Joined(out, stats) => return Ok((out, *stats)),
+                        // A key outside the window (the look missed it), or heavy keys.
+                        Spread::Declined(left, right, c) => {
+                            clock = c;
+                            (left, right)
+                        }
+                    }
+                }
+                None => (left, right),
+            };
+            ids.attach(comm, b, sides)?
+        }
+        Some(ids) => ids.attach(comm, b, (left, right))?,
+        None => (left, right),
+    };
     if ranks > 1 && K::BITS == 64 && opts.join.narrow_keys {
         let narrowed = clock.phase(b, "narrow", || narrow_tables(comm, b, left, right))?;
         return match narrowed {
             Narrowed::Low(left, right) => {
-                spread(comm, b, (left, right), opts, clock, &sizes).map(|(out, stats)| {
+                let inputs = Inputs::Tables((left, right));
+                joined(spread(comm, b, inputs, opts, clock, &sizes)?).map(|(out, stats)| {
                     let narrowed_keys = true;
                     (
                         out,
@@ -260,10 +346,66 @@ where
                     )
                 })
             }
-            Narrowed::Kept(left, right) => spread(comm, b, (left, right), opts, clock, &sizes),
+            Narrowed::Kept(left, right) => joined(spread(
+                comm,
+                b,
+                Inputs::Tables((left, right)),
+                opts,
+                clock,
+                &sizes,
+            )?),
         };
     }
-    spread(comm, b, (left, right), opts, clock, &sizes)
+    joined(spread(
+        comm,
+        b,
+        Inputs::Tables((left, right)),
+        opts,
+        clock,
+        &sizes,
+    )?)
+}
+
+/// Whether the rows of [`distributed_join_rows`] take the partition by rank that narrows the
+/// keys and writes the row ids in the pass that groups them ([`LowWordsPartition`]), instead
+/// of a pass for the ids, one for the keys and one for the partition: 8-byte keys the options
+/// narrow, 4-byte ids, 2 to [`MAX_LOW_WORDS_FANOUT`] ranks, and the shuffles beside the
+/// computing (a partitioned, one-level shuffle in one chunk; heavy keys are found later).
+fn partitions_into_low_words<K: Key>(
+    ranks: usize,
+    sizes: &[u64],
+    opts: &DistributedOptions,
+    ids: RowIdsToMake,
+) -> bool {
+    K::BITS == 64
+        && opts.join.narrow_keys
+        && ids.packed.is_some()
+        && (2..=MAX_LOW_WORDS_FANOUT).contains(&ranks)
+        && opts.pipeline_chunks == 1
+        && placement_of(opts, ranks, sizes) == Placement::Partitioned
+        && shuffle_of(opts, ranks) == Shuffle::OneLevel
+}
+
+/// The window of 2^32 values that a span of fewer (the least and greatest keys sampled) lies
+/// in the middle of, so that keys the sample missed may fall a little outside the span.
+fn window_around((least, greatest): (u64, u64)) -> u64 {
+    const WIDTH_LESS_ONE: u64 = u32::MAX as u64;
+    if least > greatest {
+        return 0; // no keys sampled anywhere
+    }
+    let slack = WIDTH_LESS_ONE - (greatest - least);
+    least
+        .saturating_sub(slack / 2)
+        .min(u64::MAX - WIDTH_LESS_ONE)
+}
+
+/// The output and statistics of a [`spread`] that the inputs of
+/// [`Inputs::Tables`] always join.
+fn joined<B: Backend, K: Key>(s: Spread<B, K>) -> Result<(Materialized<B>, DistributedStats)> {
+    match s {
+        Spread::Joined(out, stats) => Ok((out, *stats)),
+        Spread::Declined(..) => Err(Error::Corrupt("tables declined a join".into())),
+    }
 }
 
 /// Both sides' keys after [`narrow_tables`]: their low 32 bits, or as they were.
@@ -288,21 +430,7 @@ where
     C::Backend: DistributedBackend,
     K: Key,
 {
-    const OP: &str = "narrowing keys";
-    let span = |a: (u64, u64), c: (u64, u64)| (a.0.min(c.0), a.1.max(c.1));
-    // Every rank's range (each rank's own, agreed on with its success) within 2^32 values.
-    let everywhere = |ranges: Vec<Vec<u64>>| {
-        let all = ranges
-            .iter()
-            .fold((u64::MAX, 0), |acc, r| span(acc, (r[0], r[1])));
-        joinkit::within_u32(all)
-    };
-    let look = (|| {
-        let l = b.sampled_key_range(&left.keys)?;
-        let (least, greatest) = span(l, b.sampled_key_range(&right.keys)?);
-        Ok(vec![least, greatest])
-    })();
-    if !everywhere(settle_gather(comm, OP, 2, look)?) {
+    if sampled_span(comm, b, &left, &right)?.is_none() {
         return Ok(Narrowed::Kept(left, right));
     }
     let low = (|| {
@@ -315,8 +443,8 @@ where
         Ok((l, r, (least, greatest))) => (Ok(vec![least, greatest]), Some((l, r))),
         Err(e) => (Err(e), None),
     };
-    let ranges = settle_gather(comm, OP, 2, range)?;
-    let (Some((l, r)), true) = (low, everywhere(ranges)) else {
+    let ranges = settle_gather(comm, NARROWING, 2, range)?;
+    let (Some((l, r)), Some(_)) = (low, within_2_32(&ranges)) else {
         return Ok(Narrowed::Kept(left, right));
     };
     // As many keys as before: the payloads still fit them.
@@ -327,49 +455,340 @@ where
     ))
 }
 
+const NARROWING: &str = "narrowing keys";
+
+/// The least and greatest of two ranges.
+fn span(a: (u64, u64), c: (u64, u64)) -> (u64, u64) {
+    (a.0.min(c.0), a.1.max(c.1))
+}
+
+/// The span of every rank's range (`[least, greatest]` each) where it lies within 2^32 values.
+fn within_2_32(ranges: &[Vec<u64>]) -> Option<(u64, u64)> {
+    let all = ranges
+        .iter()
+        .fold((u64::MAX, 0), |acc, r| span(acc, (r[0], r[1])));
+    joinkit::within_u32(all).then_some(all)
+}
+
+/// The span of a few thousand keys of each side on every rank, where it lies within 2^32
+/// values (agreed on by every rank): a look that shows most keys too wide to narrow for
+/// tens of microseconds, before a pass over every key.
+fn sampled_span<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    left: &Table<C::Backend, K>,
+    right: &Table<C::Backend, K>,
+) -> Result<Option<(u64, u64)>>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let look = (|| {
+        let l = b.sampled_key_range(&left.keys)?;
+        let (least, greatest) = span(l, b.sampled_key_range(&right.keys)?);
+        Ok(vec![least, greatest])
+    })();
+    Ok(within_2_32(&settle_gather(comm, NARROWING, 2, look)?))
+}
+
+/// What [`spread`] joins: tables as they are (keys narrowed or not, payloads attached), or
+/// 8-byte keys that the partition by rank narrows and numbers ([`partitions_into_low_words`]).
+enum Inputs<B: Backend, K: Key> {
+    Tables((Table<B, K>, Table<B, K>)),
+    LowWords(LowWordSides<B, K>),
+}
+
+/// A [`spread`]'s end: joined, or the 8-byte keys handed back untouched for the tables' path
+/// (a key outside the window the sample chose, or heavy keys), with the time spent so far.
+enum Spread<B: Backend, K: Key> {
+    Joined(Materialized<B>, Box<DistributedStats>),
+    Declined(Table<B, K>, Table<B, K>, Clock),
+}
+
+/// Both sides' 8-byte keys (tables without payloads) for the partition by rank that writes
+/// their low 32 bits, where every key lies in `[window, window + 2^32)`, and the row ids. The
+/// keys are kept until every rank has found every key of both sides in the window, so that
+/// the join can still go the tables' way where one has not.
+struct LowWordSides<B: Backend, K: Key> {
+    left: Option<Table<B, K>>,
+    right: Option<Table<B, K>>,
+    window: u64,
+    ids: RowIdsToMake,
+}
+
+/// The side a partition by rank is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Right,
+    Left,
+}
+
+impl Side {
+    fn partitioning(self) -> &'static str {
+        match self {
+            Side::Right => "partitioning the right side",
+            Side::Left => "partitioning the left side",
+        }
+    }
+}
+
+/// A side's rows grouped by rank with the rows for each; `None` where the ranks found keys
+/// outside the window they were narrowed into.
+type Grouped<B, K> = Option<(Table<B, K>, Vec<usize>)>;
+
+/// What groups a side's rows by rank for [`beside`].
+type ByRank<'a, B, K> = dyn FnMut(&mut Clock, Side) -> Result<Grouped<B, K>> + 'a;
+
+impl<B: DistributedBackend, K: Key> LowWordSides<B, K> {
+    /// One side grouped by rank, its keys narrowed and its rows numbered in one pass; every rank
+    /// learns whether every rank's keys lay in the window. The 8-byte keys go once both sides'
+    /// did.
+    fn partition<C: Communicator<Backend = B>>(
+        &mut self,
+        comm: &C,
+        b: &B,
+        clock: &mut Clock,
+        side: Side,
+    ) -> Result<Grouped<B, u32>> {
+        let (table, with_ids) = match side {
+            Side::Right => (&self.right, self.ids.right),
+            Side::Left => (&self.left, true),
+        };
+        let table = table
+            .as_ref()
+            .ok_or_else(|| Error::Corrupt("a side partitioned twice".into()))?;
+        let first = u32::try_from(self.ids.first(comm.rank()))
+            .map_err(|_| Error::SizeOverflow("4-byte row ids"))?;
+        let by = (comm.size(), SHUFFLE_SEED);
+        let grouped = clock.phase(b, "partition", || {
+            let mut kept = None;
+            let inside = (|| {
+                let p = b.hash_partition_low_words(&table.keys, by, self.window, first)?;
+                let counts = counts_of(&b.download(&p.offsets)?)?;
+                let inside = u64::from(p.within_window);
+                let ids = match with_ids {
+                    true => vec![Column::U32(p.row_ids)],
+                    false => Vec::new(),
+                };
+                kept = Some((Table::new(p.keys, ids)?, counts));
+                Ok(vec![inside])
+            })();
+            let all = settle_gather(comm, side.partitioning(), 1, inside)?;
+            Ok(kept.filter(|_| all.iter().all(|w| w[0] == 1)))
+        })?;
+        if side == Side::Left && grouped.is_some() {
+            self.left = None;
+            self.right = None;
+        }
+        Ok(grouped)
+    }
+}
+
+/// The placement the options ask for, `Auto` resolved: the right side replicated where it is
+/// smaller than the left side a rank would otherwise receive.
+fn placement_of(opts: &DistributedOptions, ranks: usize, sizes: &[u64]) -> Placement {
+    match opts.placement {
+        Placement::Auto if ranks > 1 && sizes[1] * (ranks as u64 - 1) < sizes[0] => {
+            Placement::Replicated
+        }
+        Placement::Auto => Placement::Partitioned,
+        p => p,
+    }
+}
+
+/// The shuffle the options ask for, `Auto` resolved: two levels where the ranks form nodes.
+fn shuffle_of(opts: &DistributedOptions, ranks: usize) -> Shuffle {
+    match (opts.shuffle, opts.ranks_per_node) {
+        (Shuffle::Auto, Some(per_node)) if per_node > 1 && per_node < ranks => Shuffle::TwoLevel {
+            ranks_per_node: per_node,
+        },
+        (Shuffle::Auto, _) => Shuffle::OneLevel,
+        (s, _) => s,
+    }
+}
+
+/// Bytes of rows grouped by rank (`counts` a rank, `width` bytes a row) that leave `rank`.
+fn bytes_away(rank: usize, counts: &[usize], width: usize) -> u64 {
+    counts
+        .iter()
+        .enumerate()
+        .filter(|&(p, _)| p != rank)
+        .map(|(_, &c)| (c * width) as u64)
+        .sum()
+}
+
+/// What the shuffles beside the computing leave: the local join's output and statistics, the
+/// rows it joined of each side, and the bytes of rows sent.
+struct Beside<B: Backend> {
+    out: Materialized<B>,
+    local: JoinStats,
+    local_rows: (usize, usize),
+    bytes_sent: u64,
+}
+
+/// The shuffles beside the computing: the right side partitioned (`by_rank`) and sent first,
+/// on a stream of its own, while the left side partitions; the left side sent while the right
+/// side's partitions for the local join are built. Where the communicator's collectives return
+/// once their transfers are queued (the copy engines') the transfers run under the kernels;
+/// where they wait for them (NCCL) the steps run in turn. `None` where `by_rank` gave none.
+/// `partitionable`: whether [`PartitionedProbe`] supports the join of these columns.
+#[allow(clippy::too_many_arguments)] // the step's inputs and the records it adds to
+fn beside<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    two: Option<&TwoLevel>,
+    clock: &mut Clock,
+    opts: &DistributedOptions,
+    (traffic, links, per_node): (&mut Traffic, &mut Links, usize),
+    partitionable: bool,
+    by_rank: &mut ByRank<'_, C::Backend, K>,
+) -> Result<Option<Beside<C::Backend>>>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let cb = settle(comm, "opening the communication stream", b.side_stream())?;
+    let mut flight = InFlight {
+        streams: [b, &cb],
+        tables: Vec::with_capacity(4),
+    };
+    let level = match two {
+        Some(_) => Level::AcrossNodes,
+        None => Level::AllToAll,
+    };
+    // Compression decisions (sampling, a link measured) are part of the plan.
+    let mut wire = |clock: &mut Clock, t: &Table<C::Backend, K>, side| {
+        clock.phase(b, "plan", || {
+            plan_wire(comm, b, t, side, level, opts.compress, per_node, links)
+        })
+    };
+    // Each shuffle's start (host time) and marks on the communication stream around it;
+    // a mark's failure is said at the local join's agreement.
+    let mut shuffled = Vec::new();
+    let mut shuffle = |clock: &mut Clock, t: &Table<C::Backend, K>, counts: &[usize], w, what| {
+        let start_ms = clock.now();
+        let from = cb.mark();
+        let got = shuffle_side(comm, &cb, two, t, counts, w, traffic, what)?;
+        shuffled.push((start_ms, from, cb.mark()));
+        Ok::<_, Error>(got)
+    };
+    let Some((right, right_counts)) = by_rank(clock, Side::Right)? else {
+        return Ok(None);
+    };
+    let mut bytes_sent = bytes_away(comm.rank(), &right_counts, row_bytes(&right));
+    flight.tables.push(right);
+    let w = wire(clock, &flight.tables[0], "right")?;
+    let what = "shuffling the right side";
+    let right_in = shuffle(clock, &flight.tables[0], &right_counts, &w, what)?;
+    flight.tables.push(right_in);
+    let Some((left, left_counts)) = by_rank(clock, Side::Left)? else {
+        // The right side's transfers may still read and write this rank's buffers, some on
+        // other ranks' streams: every rank waits for its own, then for the others, before the
+        // buffers are freed.
+        let moved = cb.synchronize();
+        settle(comm, "abandoning the right side's shuffle", moved)?;
+        return Ok(None);
+    };
+    bytes_sent += bytes_away(comm.rank(), &left_counts, row_bytes(&left));
+    flight.tables.push(left);
+    let w = wire(clock, &flight.tables[2], "left")?;
+    let what = "shuffling the left side";
+    let left_in = shuffle(clock, &flight.tables[2], &left_counts, &w, what)?;
+    flight.tables.push(left_in);
+    let moved: Result<Vec<_>> = (shuffled.into_iter())
+        .map(|(start_ms, from, to)| Ok((start_ms, from?, to?)))
+        .collect();
+    let (right_in, left_in) = (&flight.tables[1], &flight.tables[3]);
+    let (out, local, shuffle_ms) = clock.phase(b, "local join", || {
+        let joined = (|| {
+            let moved = moved.as_ref().map_err(Clone::clone)?;
+            let [(_, _, right_moved), (_, _, left_moved)] = &moved[..] else {
+                return Err(Error::Corrupt("two shuffles, two marks".into()));
+            };
+            b.wait_for(right_moved)?;
+            let (out, stats) = if probes_partitioned(&opts.join, right_in.len(), partitionable) {
+                let probe = PartitionedProbe::build(b, right_in, &opts.join)?;
+                let mut stats = Some(probe.build_stats().clone());
+                b.wait_for(left_moved)?;
+                let (out, probed) = probe.probe_columns(left_in)?;
+                add_stats(&mut stats, probed);
+                let stats = stats.ok_or_else(|| Error::Corrupt("no local join ran".into()))?;
+                (out, stats)
+            } else {
+                b.wait_for(left_moved)?;
+                join_columns(b, left_in, right_in, &opts.join)?
+            };
+            let shuffle_ms = (moved.iter())
+                .map(|(start_ms, from, to)| {
+                    Ok((*start_ms, <C::Backend as SideStream>::ms_between(from, to)?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((out, stats, shuffle_ms))
+        })();
+        settle(comm, "local join", joined)
+    })?;
+    for (start_ms, ms) in shuffle_ms {
+        add_phase(&mut clock.phases, "shuffle", ms);
+        clock.spans.push(Span {
+            lane: "communication",
+            what: "shuffle",
+            chunk: None,
+            start_ms,
+            end_ms: start_ms + ms,
+        });
+    }
+    Ok(Some(Beside {
+        out,
+        local,
+        local_rows: (left_in.len(), right_in.len()),
+        bytes_sent,
+    }))
+}
+
 /// The join after the inputs are agreed on: plan, move the rows, join locally, report.
 fn spread<C, K>(
     comm: &C,
     b: &C::Backend,
-    (left, right): (Table<C::Backend, K>, Table<C::Backend, K>),
+    inputs: Inputs<C::Backend, K>,
     opts: &DistributedOptions,
     mut clock: Clock,
     sizes: &[u64],
-) -> Result<(Materialized<C::Backend>, DistributedStats)>
+) -> Result<Spread<C::Backend, K>>
 where
     C: Communicator,
     C::Backend: DistributedBackend,
     K: Key,
 {
     let ranks = comm.size();
-    let input_rows = (left.len(), right.len());
-    let row_bytes = (row_bytes(&left), row_bytes(&right));
+    let (input_rows, row_bytes) = match &inputs {
+        Inputs::Tables((left, right)) => (
+            (left.len(), right.len()),
+            (row_bytes(left), row_bytes(right)),
+        ),
+        Inputs::LowWords(sides) => {
+            let rows = |t: &Option<Table<C::Backend, K>>| t.as_ref().map_or(0, Table::len);
+            // 4-byte keys and ids, as they leave.
+            let right_bytes = 4 + 4 * usize::from(sides.ids.right);
+            ((rows(&sides.left), rows(&sides.right)), (8, right_bytes))
+        }
+    };
+    let left_keys = match &inputs {
+        Inputs::Tables((left, _)) => Some(&left.keys),
+        Inputs::LowWords(sides) => sides.left.as_ref().map(|t| &t.keys),
+    };
     let plan = clock.phase(b, "plan", || {
-        let placement = match opts.placement {
-            Placement::Auto if ranks > 1 && sizes[1] * (ranks as u64 - 1) < sizes[0] => {
-                Placement::Replicated
-            }
-            Placement::Auto => Placement::Partitioned,
-            p => p,
-        };
-        let shuffle = match (opts.shuffle, opts.ranks_per_node) {
-            (Shuffle::Auto, Some(per_node)) if per_node > 1 && per_node < ranks => {
-                Shuffle::TwoLevel {
-                    ranks_per_node: per_node,
-                }
-            }
-            (Shuffle::Auto, _) => Shuffle::OneLevel,
-            (s, _) => s,
-        };
-        let heavy = match (opts.skew, placement) {
-            (Skew::Replicate { load }, Placement::Partitioned) if ranks > 1 => {
-                settle(comm, "heavy keys", heavy_keys(comm, b, &left.keys, load))?
+        let placement = placement_of(opts, ranks, sizes);
+        let heavy = match (opts.skew, placement, left_keys) {
+            (Skew::Replicate { load }, Placement::Partitioned, Some(keys)) if ranks > 1 => {
+                settle(comm, "heavy keys", heavy_keys(comm, b, keys, load))?
             }
             _ => Vec::new(),
         };
         Ok(Plan {
             placement,
-            shuffle,
+            shuffle: shuffle_of(opts, ranks),
             heavy,
         })
     })?;
@@ -382,22 +801,52 @@ where
 
     let per_node = two_level.as_ref().map_or(ranks, |t| t.ranks_per_node);
     let (mut traffic, mut links) = (Traffic::default(), Links::default());
-    // Compression decisions (sampling, a link measured) are part of the plan.
+    let (left, right, narrowed_here) = match inputs {
+        Inputs::Tables((left, right)) => (left, right, false),
+        Inputs::LowWords(mut sides) => {
+            let taken = |t: Option<Table<C::Backend, K>>| {
+                t.ok_or_else(|| Error::Corrupt("a side's keys went missing".into()))
+            };
+            if !plan.heavy.is_empty() || two_level.is_some() {
+                return Ok(Spread::Declined(
+                    taken(sides.left)?,
+                    taken(sides.right)?,
+                    clock,
+                ));
+            }
+            // Every kind of join: a right side without ids is not one PartitionedProbe takes.
+            let partitionable = opts.join.kind == JoinKind::Inner && sides.ids.right;
+            let done = beside(
+                comm,
+                b,
+                None,
+                &mut clock,
+                opts,
+                (&mut traffic, &mut links, per_node),
+                partitionable,
+                &mut |clock, side| sides.partition(comm, b, clock, side),
+            )?;
+            let Some(done) = done else {
+                return Ok(Spread::Declined(
+                    taken(sides.left)?,
+                    taken(sides.right)?,
+                    clock,
+                ));
+            };
+            let moved = Moved::<C::Backend, u32>::Local(done.out, done.local, done.local_rows);
+            let planned = (plan.placement, plan.shuffle, 0);
+            let stats = (traffic, links, done.bytes_sent, input_rows, sizes);
+            return finish(comm, b, opts, planned, clock, moved, stats, true)
+                .map(|(out, stats)| Spread::Joined(out, Box::new(stats)));
+        }
+    };
     let mut wire = |clock: &mut Clock, t: &Table<C::Backend, K>, side, level| {
         clock.phase(b, "plan", || {
             plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
         })
     };
     let mut bytes_sent = 0u64;
-    // Bytes of rows grouped by rank (`counts` a rank) that leave this one.
-    let away = |counts: &[usize], width: usize| {
-        counts
-            .iter()
-            .enumerate()
-            .filter(|&(p, _)| p != comm.rank())
-            .map(|(_, &c)| (c * width) as u64)
-            .sum::<u64>()
-    };
+    let away = |counts: &[usize], width: usize| bytes_away(comm.rank(), counts, width);
     // One side's rows grouped by the rank they go to, with the rows for each.
     let by_rank = |clock: &mut Clock, t, what| {
         clock.phase(b, "partition", || {
@@ -428,89 +877,28 @@ where
         && opts.pipeline_chunks == 1
         && PartitionedProbe::<C::Backend, K>::supports(&opts.join, &left.payloads, &right.payloads)
     {
-        // The shuffles beside the computing: the right side partitioned and sent first, on a
-        // stream of its own, while the left side partitions; the left side sent while the
-        // right side's partitions for the local join are built. Where the communicator's
-        // collectives return once their transfers are queued (the copy engines') the transfers
-        // run under the kernels; where they wait for them (NCCL) the steps run in turn.
-        let cb = settle(comm, "opening the communication stream", b.side_stream())?;
-        let mut flight = InFlight {
-            streams: [b, &cb],
-            tables: Vec::with_capacity(4),
-        };
-        let level = match two_level {
-            Some(_) => Level::AcrossNodes,
-            None => Level::AllToAll,
-        };
-        let two = two_level.as_ref();
-        // Each shuffle's start (host time) and marks on the communication stream around it;
-        // a mark's failure is said at the local join's agreement.
-        let mut shuffled = Vec::new();
-        let mut shuffle =
-            |clock: &mut Clock, t: &Table<C::Backend, K>, counts: &[usize], w, what| {
-                let start_ms = clock.now();
-                let from = cb.mark();
-                let got = shuffle_side(comm, &cb, two, t, counts, w, &mut traffic, what)?;
-                shuffled.push((start_ms, from, cb.mark()));
-                Ok::<_, Error>(got)
+        let mut sides = (Some(left), Some(right));
+        let mut by_side = |clock: &mut Clock, side| {
+            let table = match side {
+                Side::Right => sides.1.take(),
+                Side::Left => sides.0.take(),
             };
-        let (right, right_counts) = by_rank(&mut clock, right, "partitioning the right side")?;
-        flight.tables.push(right);
-        let w = wire(&mut clock, &flight.tables[0], "right", level)?;
-        let what = "shuffling the right side";
-        let right_in = shuffle(&mut clock, &flight.tables[0], &right_counts, &w, what)?;
-        flight.tables.push(right_in);
-        let (left, left_counts) = by_rank(&mut clock, left, "partitioning the left side")?;
-        flight.tables.push(left);
-        bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
-        let w = wire(&mut clock, &flight.tables[2], "left", level)?;
-        let what = "shuffling the left side";
-        let left_in = shuffle(&mut clock, &flight.tables[2], &left_counts, &w, what)?;
-        flight.tables.push(left_in);
-        let moved: Result<Vec<_>> = (shuffled.into_iter())
-            .map(|(start_ms, from, to)| Ok((start_ms, from?, to?)))
-            .collect();
-        let (right_in, left_in) = (&flight.tables[1], &flight.tables[3]);
-        let (out, local, shuffle_ms) = clock.phase(b, "local join", || {
-            let joined = (|| {
-                let moved = moved.as_ref().map_err(Clone::clone)?;
-                let [(_, _, right_moved), (_, _, left_moved)] = &moved[..] else {
-                    return Err(Error::Corrupt("two shuffles, two marks".into()));
-                };
-                b.wait_for(right_moved)?;
-                let (out, stats) = if probes_partitioned(&opts.join, right_in.len(), true) {
-                    let probe = PartitionedProbe::build(b, right_in, &opts.join)?;
-                    let mut stats = Some(probe.build_stats().clone());
-                    b.wait_for(left_moved)?;
-                    let (out, probed) = probe.probe_columns(left_in)?;
-                    add_stats(&mut stats, probed);
-                    let stats = stats.ok_or_else(|| Error::Corrupt("no local join ran".into()))?;
-                    (out, stats)
-                } else {
-                    b.wait_for(left_moved)?;
-                    join_columns(b, left_in, right_in, &opts.join)?
-                };
-                let shuffle_ms = (moved.iter())
-                    .map(|(start_ms, from, to)| {
-                        Ok((*start_ms, <C::Backend as SideStream>::ms_between(from, to)?))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Ok((out, stats, shuffle_ms))
-            })();
-            settle(comm, "local join", joined)
-        })?;
-        for (start_ms, ms) in shuffle_ms {
-            add_phase(&mut clock.phases, "shuffle", ms);
-            clock.spans.push(Span {
-                lane: "communication",
-                what: "shuffle",
-                chunk: None,
-                start_ms,
-                end_ms: start_ms + ms,
-            });
-        }
-        let local_rows = (left_in.len(), right_in.len());
-        Moved::Local(out, local, local_rows)
+            let table = table.ok_or_else(|| Error::Corrupt("a side partitioned twice".into()))?;
+            by_rank(clock, table, side.partitioning()).map(Some)
+        };
+        let done = beside(
+            comm,
+            b,
+            two_level.as_ref(),
+            &mut clock,
+            opts,
+            (&mut traffic, &mut links, per_node),
+            true,
+            &mut by_side,
+        )?
+        .ok_or_else(|| Error::Corrupt("a partition by rank gave no rows".into()))?;
+        bytes_sent += done.bytes_sent;
+        Moved::Local(done.out, done.local, done.local_rows)
     } else {
         // Heavy rows split off: left ones stay, right ones go to every rank.
         let (left, right, kept) = clock.phase(b, "partition", || {
@@ -614,6 +1002,35 @@ where
         }
     };
 
+    let stats = (traffic, links, bytes_sent, input_rows, sizes);
+    let planned = (plan.placement, plan.shuffle, plan.heavy.len());
+    finish(comm, b, opts, planned, clock, moved, stats, narrowed_here)
+        .map(|(out, stats)| Spread::Joined(out, Box::new(stats)))
+}
+
+/// What [`finish`] reports of the steps before it: the shuffles' traffic, the links measured,
+/// the bytes of rows sent, this rank's input rows and every rank's input rows of each side.
+type Moves<'a> = (Traffic, Links, u64, (usize, usize), &'a [u64]);
+
+/// The local join where the rows moved to their ranks without one, every rank's share
+/// gathered, the output gathered to rank 0 where asked, and the statistics.
+#[allow(clippy::too_many_arguments)] // the plan, the clock and what each step left
+fn finish<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    opts: &DistributedOptions,
+    (placement, shuffle, heavy_keys): (Placement, Shuffle, usize),
+    mut clock: Clock,
+    moved: Moved<C::Backend, K>,
+    (traffic, links, bytes_sent, input_rows, sizes): Moves<'_>,
+    narrowed_by_partition: bool,
+) -> Result<(Materialized<C::Backend>, DistributedStats)>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let ranks = comm.size();
     let (out, local, local_rows, pipeline) = match moved {
         Moved::Sides(left, right) => {
             let local_rows = (left.len(), right.len());
@@ -651,14 +1068,15 @@ where
     let stats = DistributedStats {
         rank: comm.rank(),
         ranks,
-        placement: plan.placement,
+        placement,
         shuffle: if ranks > 1 {
-            plan.shuffle
+            shuffle
         } else {
             Shuffle::OneLevel
         },
-        heavy_keys: plan.heavy.len(),
-        narrowed_keys: false,
+        heavy_keys,
+        narrowed_keys: narrowed_by_partition,
+        narrowed_by_partition,
         phases: clock.phases,
         timeline: clock.spans,
         pipeline,

@@ -26,7 +26,13 @@
 //! communicator whose collectives return once the transfers are queued
 //! (`joinkit_comm::peer::PeerComm`, copy engines) the transfers run under the kernels; with
 //! NCCL, whose collectives wait for their transfers (and whose kernels would share the SMs),
-//! the same steps run in turn.
+//! the same steps run in turn. On that path, [`distributed_join_rows`] of 8-byte keys that a
+//! look at a few thousand of them finds within 2^32 values hands the partition by rank the keys
+//! themselves ([`joinkit_partition::LowWordsPartition`]): it writes their low 32 bits and the
+//! 4-byte row ids while it groups them, where otherwise a pass makes the ids, one narrows the
+//! keys and one groups them; it also checks every key against the window the look chose, and
+//! where one falls outside (on any rank) the join goes the three passes' way, with 8-byte keys
+//! ([`DistributedStats::narrowed_by_partition`]).
 //!
 //! From NVIDIA's multi-GPU join talk: a [`Placement::Replicated`] build side (all-gathered to
 //! every rank, which builds it whole and probes its own rows: no probe shuffle) or a

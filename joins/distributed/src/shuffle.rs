@@ -63,12 +63,16 @@ pub(crate) fn partition<B: Backend + HashPartition, K: Key>(
         RowIds::None,
     )?;
     drop(table);
-    let offsets = b.download(&p.offsets)?;
-    let counts = offsets
+    let counts = counts_of(&b.download(&p.offsets)?)?;
+    Ok((Table::new(p.keys, p.payloads)?, counts))
+}
+
+/// The rows of each partition, from its `fanout + 1` offsets.
+pub(crate) fn counts_of(offsets: &[u64]) -> Result<Vec<usize>> {
+    offsets
         .windows(2)
         .map(|w| usize::try_from(w[1] - w[0]).map_err(|_| Error::SizeOverflow("partition size")))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((Table::new(p.keys, p.payloads)?, counts))
+        .collect()
 }
 
 /// One side's rows (grouped by destination, `send_counts` a rank) to their ranks, on backend

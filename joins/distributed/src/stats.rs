@@ -28,6 +28,9 @@ pub struct DistributedStats {
     /// Whether the 8-byte keys moved and joined as their low 32 bits (every rank's keys of
     /// both sides within 2^32 values).
     pub narrowed_keys: bool,
+    /// Whether the partition by rank narrowed them, writing the row ids as it went
+    /// ([`joinkit_partition::LowWordsPartition`]), rather than a pass of their own.
+    pub narrowed_by_partition: bool,
     /// Bytes of rows this rank sent to other ranks (keys and columns; a two-level shuffle
     /// moves some of them twice).
     pub bytes_sent: u64,
