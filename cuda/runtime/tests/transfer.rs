@@ -197,3 +197,38 @@ fn posted_words_never_wait_for_work_that_does_not_post() {
     let v = b.upload(&[5u64, 6, 7]).unwrap();
     assert_eq!(b.read_element(&v.view(), 2).unwrap(), 7);
 }
+
+/// A word that one call posted as data and that the next call takes for its ticket word, holding
+/// that call's ticket by chance (a key sample's count of equal pairs, 2, read back as the next
+/// ticket gave a join the sample's row count as its output's): the next call still waits for
+/// its own post. The first call's words are copied in by the copy engine; the read-back queues
+/// behind a fill long enough for the host to poll before the read's kernel runs.
+#[test]
+fn a_word_posted_as_data_is_not_taken_for_the_next_ticket() {
+    let Some(b) = cuda_or_skip("a_word_posted_as_data_is_not_taken_for_the_next_ticket") else {
+        return;
+    };
+    use joinkit_cuda::cudarc::driver::sys;
+    let staged = std::sync::Mutex::new(Vec::new());
+    b.posted_words(3, 1, |stream, words, ticket| {
+        // Data words 1024, the next call's ticket, 9; then this call's ticket.
+        let src = vec![1024u64, ticket + 1, 9, ticket];
+        // SAFETY: four words into posted_words' room, from a host vector kept until the
+        // stream is synchronized below.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(words, src.as_ptr().cast(), 32, stream.cu_stream()) }
+            .result()
+            .map_err(|e| joinkit_cuda::Error::Driver {
+                op: "copying posted words",
+                message: format!("{e:?}"),
+            })?;
+        staged.lock().unwrap().push(src);
+        Ok(())
+    })
+    .unwrap();
+    b.synchronize().unwrap();
+    let mut long = b.alloc::<u64>(1 << 28).unwrap();
+    b.fill(&mut long, 3).unwrap();
+    let v = b.upload(&[5u64, 6, 7]).unwrap();
+    assert_eq!(b.read_element(&v.view(), 2).unwrap(), 7);
+    drop(staged);
+}

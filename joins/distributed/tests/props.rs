@@ -513,24 +513,8 @@ fn distributed_rows_narrowed_by_the_partition_by_rank_equal_the_reference_on_gpu
             Ok(())
         })
         .unwrap();
-    // PHJ-OM locally: Auto's NPHJ-chained on these 8-byte keys is the test below.
-    for outlier in [None, Some(true), Some(false)] {
-        check_a_key_the_look_missed(outlier, Algorithm::PhjOm, &open);
-    }
-}
-
-/// A known bug, found by the test above at `d672217` as well: with ranks sharing one GPU and
-/// the key the look missed on the left side, `Auto`'s local NPHJ-chained on the 8-byte keys
-/// gave rank 0 1024 output rows where 784 are right (240 rows of zeros) in 9 of 12 runs on an
-/// H200 (2026-11-28); PHJ-OM and SMJ-UM on the same ranks, and the same join on one backend
-/// alone, were right every time. Run it with `--ignored` on a GPU.
-#[test]
-#[ignore = "known bug: Auto's NPHJ-chained after the shuffle of 8-byte keys, ranks sharing a GPU"]
-fn a_key_the_look_missed_with_auto_locally_on_gpu_ranks() {
-    let Some(open) = common::gpu_ranks("a_key_the_look_missed_with_auto_locally_on_gpu_ranks")
-    else {
-        return;
-    };
+    // Auto picks NPHJ-chained locally here: its plan's posted words once read a word of the
+    // sample as the next read-back's ticket (`CudaBackend::posted_words`).
     for outlier in [None, Some(true), Some(false)] {
         check_a_key_the_look_missed(outlier, Algorithm::Auto, &open);
     }

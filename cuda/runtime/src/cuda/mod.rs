@@ -631,9 +631,15 @@ impl CudaBackend {
         let words = self.posted_words(1, 1, |stream, words, ticket| {
             let mut b = stream.launch_builder(&f);
             b.arg(&src).arg(&at).arg(&words).arg(&ticket);
+            // One thread: a poster's words are all written before its ticket, none after.
+            let one = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: the kernel reads element `i` of `view` (checked above) and writes the
             // two mapped words posted_words gives room for (the element, then the ticket).
-            unsafe { b.launch(LaunchConfig::for_num_elems(1)) }
+            unsafe { b.launch(one) }
                 .map(drop)
                 .map_err(|e| driver_error("launching a read-back", e))
         })?;
@@ -649,7 +655,8 @@ impl CudaBackend {
     /// (`joinkit::post_ticket` in `joinkit/device.cuh`). This thread spins on the tickets (no
     /// driver call: a synchronization costs more than the sample takes) and checks now and then
     /// whether the work has ended without posting, which is an error, never a hang. Tickets
-    /// grow with every call, so a late post of an earlier call is never taken for this one's.
+    /// grow with every call and this call's ticket words are cleared before its work is
+    /// queued, so neither an earlier call's ticket nor its data is taken for this one's post.
     /// `queue` must not call this method on the same backend (the words are held until read).
     ///
     /// # Errors
@@ -681,6 +688,17 @@ impl CudaBackend {
         };
         p.ticket += 1;
         let ticket = p.ticket;
+        // A word that an earlier call posted as data may hold this ticket by chance (a sample's
+        // count of equal pairs: 2, read as the next call's ticket, gave a join the sample's row
+        // count as its output's), so this call's ticket words start empty: tickets count from
+        // 1. Every earlier poster wrote its words before the ticket this thread saw, so no late
+        // store of theirs lands here; the fence makes the clearing visible before the launch.
+        for i in len..len + posts {
+            // SAFETY: inside the mapped allocation (len + posts checked above); no device work
+            // writes these words until `queue` launches its own.
+            unsafe { std::ptr::write_volatile(p.words.host.add(i).cast_mut(), 0) };
+        }
+        fence(Ordering::SeqCst);
         queue(self.stream(), p.words.device, ticket)?;
         p.done
             .record(self.stream())
