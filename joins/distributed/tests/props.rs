@@ -437,18 +437,28 @@ fn check_a_key_the_look_missed<B: DistributedBackend>(
     }
 }
 
-#[test]
-fn distributed_rows_narrowed_by_the_partition_by_rank_equal_the_reference_on_the_cpu() {
-    let open = || CpuBackend::new();
-    runner(96)
+/// `cases` of [`low_word_case`] and the key the look missed on either side or none, on
+/// backends from `open`. `Auto` picks NPHJ-chained locally for the latter: on a GPU its plan's
+/// posted words once read a word of the sample as the next read-back's ticket
+/// (`CudaBackend::posted_words`).
+fn check_rows_narrowed_by_the_partition<B: DistributedBackend>(
+    open: &(dyn Fn() -> B + Sync),
+    cases: u32,
+) {
+    runner(cases)
         .run(&low_word_case(), |c| {
-            check_low_word_case(&c, &open);
+            check_low_word_case(&c, open);
             Ok(())
         })
         .unwrap();
     for outlier in [None, Some(true), Some(false)] {
-        check_a_key_the_look_missed(outlier, Algorithm::Auto, &open);
+        check_a_key_the_look_missed(outlier, Algorithm::Auto, open);
     }
+}
+
+#[test]
+fn distributed_rows_narrowed_by_the_partition_by_rank_equal_the_reference_on_the_cpu() {
+    check_rows_narrowed_by_the_partition(&|| CpuBackend::new(), 96);
 }
 
 fn runner(cases: u32) -> TestRunner {
@@ -507,17 +517,7 @@ fn distributed_rows_narrowed_by_the_partition_by_rank_equal_the_reference_on_gpu
     ) else {
         return;
     };
-    runner(32)
-        .run(&low_word_case(), |c| {
-            check_low_word_case(&c, &open);
-            Ok(())
-        })
-        .unwrap();
-    // Auto picks NPHJ-chained locally here: its plan's posted words once read a word of the
-    // sample as the next read-back's ticket (`CudaBackend::posted_words`).
-    for outlier in [None, Some(true), Some(false)] {
-        check_a_key_the_look_missed(outlier, Algorithm::Auto, &open);
-    }
+    check_rows_narrowed_by_the_partition(&open, 32);
 }
 
 /// The same cases through a real NCCL communicator of one rank (`ncclCommInitRank`, grouped
