@@ -268,7 +268,7 @@ struct Plan<K> {
 fn run<C, K>(
     comm: &C,
     b: &C::Backend,
-    (left, right): (Table<C::Backend, K>, Table<C::Backend, K>),
+    (left, right): Sides<C::Backend, K>,
     opts: &DistributedOptions,
     ids: Option<RowIdsToMake>,
 ) -> Result<(Materialized<C::Backend>, DistributedStats)>
@@ -495,7 +495,7 @@ where
 /// What [`spread`] joins: tables as they are (keys narrowed or not, payloads attached), or
 /// 8-byte keys that the partition by rank narrows and numbers ([`partitions_into_low_words`]).
 enum Inputs<B: Backend, K: Key> {
-    Tables((Table<B, K>, Table<B, K>)),
+    Tables(Sides<B, K>),
     LowWords(LowWordSides<B, K>),
 }
 

@@ -656,7 +656,8 @@ impl CudaBackend {
     /// driver call: a synchronization costs more than the sample takes) and checks now and then
     /// whether the work has ended without posting, which is an error, never a hang. Tickets
     /// grow with every call and this call's ticket words are cleared before its work is
-    /// queued, so neither an earlier call's ticket nor its data is taken for this one's post.
+    /// queued, so neither an earlier call's ticket nor its data is taken for this one's post;
+    /// where `queue` fails, the stream is drained before the words are given up.
     /// `queue` must not call this method on the same backend (the words are held until read).
     ///
     /// # Errors
@@ -699,7 +700,12 @@ impl CudaBackend {
             unsafe { std::ptr::write_volatile(p.words.host.add(i).cast_mut(), 0) };
         }
         fence(Ordering::SeqCst);
-        queue(self.stream(), p.words.device, ticket)?;
+        if let Err(e) = queue(self.stream(), p.words.device, ticket) {
+            // What `queue` launched before it failed may still post: it ends before the words
+            // go to the next call (its own error, if any, is the one returned).
+            let _ = self.stream().synchronize();
+            return Err(e);
+        }
         p.done
             .record(self.stream())
             .map_err(|e| driver_error("recording an event", e))?;
