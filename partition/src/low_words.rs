@@ -2,7 +2,8 @@
 //! distributed join's partition by rank, narrowing its keys and numbering its rows in the same
 //! pass instead of three.
 
-use joinkit_cuda::{Backend, CpuBackend, Error, Key, Result};
+use joinkit_cuda::{Backend, CpuBackend, Error, Key, PARALLEL_THRESHOLD, Result};
+use rayon::prelude::*;
 
 use crate::column::RowIds;
 use crate::digit::hash_partition_of;
@@ -102,13 +103,25 @@ impl LowWordsPartition for CpuBackend {
         ids_from: u32,
     ) -> Result<LowWords<Self>> {
         let fanout = check_low_words::<K>(keys.len(), fanout, ids_from)?;
-        let within_window = keys.iter().all(|k| in_window(k.to_u64(), window));
-        let low: Vec<u32> = keys.iter().map(|k| k.to_u64() as u32).collect();
+        let within_window = keys
+            .par_iter()
+            .with_min_len(PARALLEL_THRESHOLD)
+            .all(|k| in_window(k.to_u64(), window));
+        let low: Vec<u32> = keys
+            .par_iter()
+            .with_min_len(PARALLEL_THRESHOLD)
+            .map(|k| k.to_u64() as u32)
+            .collect();
         let p = cpu_stable_partition(&low, &[], RowIds::U32, fanout, |k| {
             hash_partition_of(k, seed, fanout as u32)
         })?;
         let row_ids = match p.row_ids {
-            Some(joinkit_cuda::Column::U32(ids)) => ids.into_iter().map(|i| i + ids_from).collect(),
+            Some(joinkit_cuda::Column::U32(mut ids)) => {
+                ids.par_iter_mut()
+                    .with_min_len(PARALLEL_THRESHOLD)
+                    .for_each(|i| *i += ids_from);
+                ids
+            }
             _ => return Err(Error::Corrupt("4-byte row ids asked for".into())),
         };
         Ok(LowWords {

@@ -762,16 +762,11 @@ where
     K: Key,
 {
     let ranks = comm.size();
-    let (input_rows, row_bytes) = match &inputs {
-        Inputs::Tables((left, right)) => (
-            (left.len(), right.len()),
-            (row_bytes(left), row_bytes(right)),
-        ),
+    let input_rows = match &inputs {
+        Inputs::Tables((left, right)) => (left.len(), right.len()),
         Inputs::LowWords(sides) => {
             let rows = |t: &Option<Table<C::Backend, K>>| t.as_ref().map_or(0, Table::len);
-            // 4-byte keys and ids, as they leave.
-            let right_bytes = 4 + 4 * usize::from(sides.ids.right);
-            ((rows(&sides.left), rows(&sides.right)), (8, right_bytes))
+            (rows(&sides.left), rows(&sides.right))
         }
     };
     let left_keys = match &inputs {
@@ -840,6 +835,7 @@ where
                 .map(|(out, stats)| Spread::Joined(out, Box::new(stats)));
         }
     };
+    let row_bytes = (row_bytes(&left), row_bytes(&right));
     let mut wire = |clock: &mut Clock, t: &Table<C::Backend, K>, side, level| {
         clock.phase(b, "plan", || {
             plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
