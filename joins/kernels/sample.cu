@@ -231,18 +231,29 @@ __device__ void sample_and_empty_heads(const joinkit::ht::RawTable& raw, uint64_
     heads[i] = joinkit::ht::kEmptyRow;
 }
 
-// The table's build, queued right behind the sample, so that it needs no launch after the
-// host's choice: each block reads the sample's equal pairs (the sample's copy in device memory;
-// reads of the host's mapped words, one a block, took 0.25 ms on an H200) and skips the build
-// where they exceed `most_pairs`, the most with which the plan picks NPHJ-chained; the join the
-// plan picks then waits for no build.
+// The launch queued right behind the sample, so that the join the plan picks needs no launch of
+// its own to start: each block reads the sample's equal pairs (the sample's copy in device
+// memory; reads of the host's mapped words, one a block, took 0.25 ms on an H200) and, where they
+// are at most `most_pairs` (the most with which the plan picks NPHJ-chained), builds the table;
+// where they exceed it, numbers the rows 0.. of `left_ids` and `right_ids` (null: none to number),
+// the row ids SMJ-OM sorts with its keys, which then launches no numbering of its own.
 template <typename K>
-__device__ void push_chained_unless_many_pairs(const joinkit::ht::RawTable& raw,
-                                               const uint64_t* pairs, uint64_t most_pairs) {
+__device__ void push_chained_or_number_rows(const joinkit::ht::RawTable& raw,
+                                            const uint64_t* pairs, uint64_t most_pairs,
+                                            uint32_t* left_ids, uint64_t left_rows,
+                                            uint32_t* right_ids, uint64_t right_rows) {
   __shared__ bool skip;
   if (threadIdx.x == 0) skip = *pairs > most_pairs;
   __syncthreads();
-  if (skip) return;
+  if (skip) {
+    if (left_ids == nullptr) return;
+    const uint64_t rows = left_rows > right_rows ? left_rows : right_rows;
+    for (uint64_t i = joinkit::global_thread_id(); i < rows; i += joinkit::grid_stride()) {
+      if (i < left_rows) left_ids[i] = static_cast<uint32_t>(i);
+      if (i < right_rows) right_ids[i] = static_cast<uint32_t>(i);
+    }
+    return;
+  }
   const joinkit::ht::ChainedTable<K> table(raw);
   for (uint64_t i = joinkit::global_thread_id(); i < table.rows; i += joinkit::grid_stride())
     table.insert(table.keys[i], static_cast<uint32_t>(i));
@@ -275,13 +286,17 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads) JOINKIT_SAMPLE_CLUS
 }
 
 extern "C" __global__ void __launch_bounds__(kSampleThreads)
-    push_chained_unless_many_pairs_u32(joinkit::ht::RawTable raw, const uint64_t* pairs,
-                                       uint64_t most_pairs) {
-  push_chained_unless_many_pairs<uint32_t>(raw, pairs, most_pairs);
+    push_chained_or_number_rows_u32(joinkit::ht::RawTable raw, const uint64_t* pairs,
+                                    uint64_t most_pairs, uint32_t* left_ids, uint64_t left_rows,
+                                    uint32_t* right_ids, uint64_t right_rows) {
+  push_chained_or_number_rows<uint32_t>(raw, pairs, most_pairs, left_ids, left_rows, right_ids,
+                                   right_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(kSampleThreads)
-    push_chained_unless_many_pairs_u64(joinkit::ht::RawTable raw, const uint64_t* pairs,
-                                       uint64_t most_pairs) {
-  push_chained_unless_many_pairs<uint64_t>(raw, pairs, most_pairs);
+    push_chained_or_number_rows_u64(joinkit::ht::RawTable raw, const uint64_t* pairs,
+                                    uint64_t most_pairs, uint32_t* left_ids, uint64_t left_rows,
+                                    uint32_t* right_ids, uint64_t right_rows) {
+  push_chained_or_number_rows<uint64_t>(raw, pairs, most_pairs, left_ids, left_rows, right_ids,
+                                   right_rows);
 }

@@ -62,7 +62,7 @@
 
 use std::fmt;
 
-use joinkit_cuda::{Key, Result};
+use joinkit_cuda::{Backend, Error, Key, Result};
 use joinkit_hashtable::{HashTable, HashTables, TableConfig};
 use joinkit_primitives::{Bounds, Gather};
 
@@ -146,7 +146,8 @@ pub struct JoinInputStats {
     pub match_ratio: Option<f64>,
     /// Share of the most frequent key among sampled left keys (about `1 / distinct` when
     /// uniform; 0.07 for Zipf 1.0 over 2^20 keys); sampled only when the right side's share
-    /// reaches [`ChoiceParams::skew_share`] or the right side was not sampled, 0 otherwise.
+    /// reaches [`ChoiceParams::skew_share`] and the choice turns on it, or the right side was
+    /// not sampled; 0 otherwise.
     pub left_top_key_share: f64,
     /// Share of the most frequent key among sampled right keys (0 or `1 / rows` when unique);
     /// for right keys promised unique, sampled only when the left side's share reaches
@@ -547,14 +548,30 @@ where
     B: Gather + HashTables + CoPartitionJoin + SampleRuns,
     K: Key,
 {
-    let stats = sample_stats_and_table(b, (left, right), payload_bytes, opts, params, false);
-    stats.map(|(stats, _)| stats)
+    let sampled = sample_stats_and_table(b, (left, right), payload_bytes, opts, params, false);
+    sampled.map(|s| s.stats)
+}
+
+/// Most rows of both sides together whose row ids the plan numbers for SMJ-OM where the
+/// sample picks that join ([`sample_stats_and_table`]): there the numbering's own launch is a
+/// measurable part of the join (4–5 µs of host time a launch against SMJ-OM joins of 0.25 ms
+/// at 2^18 rows a side, H200); above, it is not, and NPHJ-chained, where chosen, is spared
+/// holding ids it does not use.
+pub(crate) const PLAN_NUMBERS_ROWS_UP_TO: usize = 1 << 22;
+
+/// What [`sample_stats_and_table`] gives: the statistics, and where the plan made them, the
+/// chained table NPHJ-chained probes or the row ids (left, right) SMJ-OM sorts with its keys.
+pub(crate) struct Sampled<'k, B: Backend, K: Key> {
+    pub(crate) stats: JoinInputStats,
+    pub(crate) table: Option<HashTable<'k, B, K>>,
+    pub(crate) row_ids: Option<(B::Buf<u32>, B::Buf<u32>)>,
 }
 
 /// [`sample_stats`], and with `chained_table` (right keys not promised unique) the chained
 /// table on the right keys that NPHJ-chained probes, where the sample picks that join: on CUDA
-/// its heads emptied in the sample's launch and its keys pushed by the next, which skips the
-/// build where the sample shows too many pairs ([`SampleRuns::sample_runs_and_chained_table`],
+/// its heads emptied in the sample's launch and its keys pushed by the next, which instead
+/// numbers both sides' rows for SMJ-OM where the sample shows too many pairs (sides of at most
+/// [`PLAN_NUMBERS_ROWS_UP_TO`] rows together; [`SampleRuns::sample_runs_and_chained_table`],
 /// [`most_pairs_for_chained`]).
 ///
 /// # Errors
@@ -566,7 +583,7 @@ pub(crate) fn sample_stats_and_table<'k, B, K>(
     opts: &JoinOptions,
     params: &ChoiceParams,
     chained_table: bool,
-) -> Result<(JoinInputStats, Option<HashTable<'k, B, K>>)>
+) -> Result<Sampled<'k, B, K>>
 where
     B: Gather + HashTables + CoPartitionJoin + SampleRuns,
     K: Key,
@@ -590,7 +607,11 @@ where
         let table = chained_table
             .then(|| b.build_table(right, &TableConfig::chained()))
             .transpose()?;
-        return Ok((stats, table));
+        return Ok(Sampled {
+            stats,
+            table,
+            row_ids: None,
+        });
     }
     // Measured below only where the tree will look at it.
     stats.match_ratio = None;
@@ -601,13 +622,23 @@ where
         }
     };
     let right_rows = right_sample_rows(right.len());
-    let mut table = None;
+    let (mut table, mut row_ids) = (None, None);
     if !right_unique {
         // The right side's statistics, and the left side's top key where the right one is
-        // skewed.
+        // skewed and the tree's choice turns on it (a semi join on few keys does not: on a
+        // CPU the second sample was a tenth of a 1 ms join).
         let sampled = |stats: &mut JoinInputStats, groups: &[SampleGroup]| {
             sample_right(stats, groups);
-            if stats.right_top_key_share >= params.skew_share {
+            let with_left_share = |share| {
+                let stats = JoinInputStats {
+                    left_top_key_share: share,
+                    ..*stats
+                };
+                choose(&stats, opts.kind, params)
+            };
+            if stats.right_top_key_share >= params.skew_share
+                && with_left_share(0.0) != with_left_share(1.0)
+            {
                 stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
             }
             Ok(())
@@ -615,8 +646,18 @@ where
         if chained_table {
             // The table is built where the sample's pairs pick the join that probes it.
             let most_pairs = most_pairs_for_chained(&stats, right_rows, opts.kind, params);
+            // Where it does not, the sort-merge join's row ids, numbered by the same launch.
             let (groups, built) = match most_pairs {
-                Some(most) => b.sample_runs_and_chained_table(right, right_rows, most)?,
+                Some(most) => {
+                    let mut ids = (left.len() + right.len() <= PLAN_NUMBERS_ROWS_UP_TO)
+                        .then(|| Ok::<_, Error>((b.alloc(left.len())?, b.alloc(right.len())?)))
+                        .transpose()?;
+                    let numbering = ids.as_mut().map(|(l, r)| (l, r));
+                    let sampled =
+                        b.sample_runs_and_chained_table(right, right_rows, most, numbering)?;
+                    row_ids = ids.filter(|_| sampled.1.is_none());
+                    sampled
+                }
                 None => (b.sample_runs(right, right_rows)?, None),
             };
             sampled(&mut stats, &groups)?;
@@ -649,7 +690,11 @@ where
             .sum();
         stats.match_ratio = Some(matched as f64 / rows as f64);
     }
-    Ok((stats, table))
+    Ok(Sampled {
+        stats,
+        table,
+        row_ids,
+    })
 }
 
 /// The most frequent key's share of a sample: the groups' largest counts over their rows.
@@ -714,6 +759,17 @@ fn most_pairs_for_chained(
     let (mut lo, mut hi) = (0u64, rows * rows.saturating_sub(1));
     if picks_chained(hi) {
         return Some(hi);
+    }
+    // Where the tree splits the two joins at the threshold on the rows a key, the pairs that
+    // reach it, checked by the tree itself: two choices where the bisection takes 20 or more
+    // (1.6 µs of a plan's host time on the H200 machines, before the sample's launch).
+    if rows >= 2 {
+        let per_pair = (stats.right_rows as f64 - 1.0) / (rows as f64 * (rows as f64 - 1.0));
+        let reach = (params.chained_merge_threshold(stats.right_rows) - 1.0) / per_pair;
+        let guess = (reach.ceil() as u64).saturating_sub(1).min(hi - 1);
+        if picks_chained(guess) && !picks_chained(guess + 1) {
+            return Some(guess);
+        }
     }
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
@@ -785,7 +841,7 @@ mod tests {
 
     /// The pairs limit under which the plan builds NPHJ-chained's table beside the sample is
     /// where the tree's choice turns: NPHJ-chained at the limit, SMJ-OM one pair above, on
-    /// either backend's parameters, inner and left outer joins, 2^14 … 2^20 right rows.
+    /// either backend's parameters, inner and left outer joins, 1000 … 2^20 right rows.
     #[test]
     fn the_pairs_limit_is_where_the_choice_turns() {
         let cpu = ChoiceParams::for_backend(&CpuBackend::new());
@@ -793,6 +849,8 @@ mod tests {
             (gpu_like(), JoinKind::Inner, 1 << 18, false),
             (gpu_like(), JoinKind::LeftOuter, 1 << 20, false),
             (gpu_like(), JoinKind::Inner, 1 << 14, false),
+            (gpu_like(), JoinKind::LeftOuter, 1000, false),
+            (gpu_like(), JoinKind::Inner, (1 << 18) + 12_345, false),
             (cpu, JoinKind::Inner, 1 << 16, true),
         ] {
             let s = JoinInputStats {

@@ -203,6 +203,8 @@ pub(crate) struct Resolved<'k, B: Backend, K: Key> {
     pub(crate) reason: Option<ChoiceReason>,
     /// NPHJ-chained's table on the right keys, where the plan built it (see [`resolve`]).
     pub(crate) table: Option<HashTable<'k, B, K>>,
+    /// The row ids (left, right) SMJ-OM sorts with its keys, where the plan numbered them.
+    pub(crate) row_ids: Option<(B::Buf<u32>, B::Buf<u32>)>,
 }
 
 impl<B: Backend, K: Key> Resolved<'_, B, K> {
@@ -241,6 +243,7 @@ fn resolve<'k, B: JoinBackend, K: Key>(
         sampled: None,
         reason,
         table: None,
+        row_ids: None,
     };
     if opts.algorithm != Algorithm::Auto {
         return Ok(chosen(opts.algorithm, None));
@@ -253,15 +256,18 @@ fn resolve<'k, B: JoinBackend, K: Key>(
     }
     let speculate =
         !opts.right_unique && !right.is_empty() && params.chained_or_merge(opts.kind, right.len());
-    let (sampled, table) = ph.run("plan", || {
+    let sampled = ph.run("plan", || {
         sample_stats_and_table(b, (left, right), payload_bytes, opts, &params, speculate)
     })?;
-    let (algorithm, reason) = choose(&sampled, opts.kind, &params);
+    let (algorithm, reason) = choose(&sampled.stats, opts.kind, &params);
     Ok(Resolved {
         algorithm,
-        sampled: Some(sampled),
+        sampled: Some(sampled.stats),
         reason: Some(reason),
-        table: table.filter(|_| algorithm == Algorithm::NphjChained),
+        table: sampled
+            .table
+            .filter(|_| algorithm == Algorithm::NphjChained),
+        row_ids: sampled.row_ids.filter(|_| algorithm == Algorithm::SmjOm),
     })
 }
 
@@ -404,22 +410,33 @@ pub(crate) fn table_match<B: JoinBackend, K: Key>(
     })
 }
 
-/// Sort-merge joins: sort both sides with their row ids, search each left key's range in the
-/// right, expand the ranges into pairs.
+/// Sort-merge joins: sort both sides with their row ids (`row_ids`, where the plan numbered
+/// them), search each left key's range in the right, expand the ranges into pairs.
+#[allow(clippy::too_many_arguments)] // the sides, their row ids, the options and the budget
 fn merge_match<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
     left: &B::Buf<K>,
     right: &B::Buf<K>,
+    row_ids: Option<(B::Buf<u32>, B::Buf<u32>)>,
     opts: &JoinOptions,
     budget: &Budget,
 ) -> Result<Matched<B, K>> {
-    let sort = |keys: &B::Buf<K>| -> Result<(B::Buf<K>, B::Buf<u32>)> {
-        let mut rows = b.alloc::<u32>(keys.len())?;
-        b.iota(&mut rows, 0)?;
+    let sort = |keys: &B::Buf<K>, rows: Option<B::Buf<u32>>| -> Result<(B::Buf<K>, B::Buf<u32>)> {
+        let rows = match rows {
+            Some(rows) => rows,
+            None => {
+                let mut rows = b.alloc::<u32>(keys.len())?;
+                b.iota(&mut rows, 0)?;
+                rows
+            }
+        };
         b.sort_pairs(keys, &rows, 0..K::BITS)
     };
-    let ((lk, lr), (rk, rr)) = ph.run("transform", || Ok((sort(left)?, sort(right)?)))?;
+    let (left_rows, right_rows) = row_ids.unzip();
+    let ((lk, lr), (rk, rr)) = ph.run("transform", || {
+        Ok((sort(left, left_rows)?, sort(right, right_rows)?))
+    })?;
     if opts.right_unique {
         let total = ph.run("transform", || {
             let (lo, hi) = b.sorted_bounds::<K, u32>(&rk, &rk)?;
@@ -485,7 +502,7 @@ fn run_match<'k, B: JoinBackend, K: Key>(
             budget,
         )?,
         (Algorithm::SmjUm | Algorithm::SmjOm | Algorithm::Auto, _) => {
-            merge_match(b, ph, left, right, opts, budget)?
+            merge_match(b, ph, left, right, plan.row_ids.take(), opts, budget)?
         }
     };
     // Checked again with the left rows a semi, anti or outer join keeps (the partitioned

@@ -85,7 +85,8 @@ pub use join::{JoinBackend, Materialized, RowPairs, Table, check_rows, join_colu
 pub use joinkit_cuda::{Backend, Column, CpuBackend, Device, Error, Result};
 pub use probe::{PartitionedProbe, ProbeTable};
 pub use sample::{
-    MAX_SAMPLES, SAMPLE_GROUP_ROWS, SampleAndTable, SampleGroup, SampleRuns, sample_row,
+    MAX_SAMPLES, RowIdsToNumber, SAMPLE_GROUP_ROWS, SampleAndTable, SampleGroup, SampleRuns,
+    sample_row,
 };
 pub use sequence::{
     ColumnKey, DimensionJoin, FkMaterialization, SequenceOptions, SequenceOutput, SequenceStats,

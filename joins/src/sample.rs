@@ -36,6 +36,13 @@ pub const MAX_SAMPLES: usize = 128 * SAMPLE_GROUP_ROWS;
 /// ([`SampleRuns::sample_runs_and_chained_table`]).
 pub type SampleAndTable<'k, B, K> = (Vec<SampleGroup>, Option<HashTable<'k, B, K>>);
 
+/// The two row-id columns (left, right) that [`SampleRuns::sample_runs_and_chained_table`]
+/// numbers `0..len` where it skips the table's build.
+pub type RowIdsToNumber<'a, B> = (
+    &'a mut <B as joinkit_cuda::Backend>::Buf<u32>,
+    &'a mut <B as joinkit_cuda::Backend>::Buf<u32>,
+);
+
 /// Sampling a key column for its duplicates.
 pub trait SampleRuns: HashTables {
     /// `samples` rows of `keys` (all of them when it is shorter), sample `j` at
@@ -51,11 +58,13 @@ pub trait SampleRuns: HashTables {
     /// [`SampleRuns::sample_runs`] of `keys`, and the chained hash table on them
     /// ([`TableConfig::chained`]) that NPHJ-chained probes where the sample's equal pairs (its
     /// groups' [`SampleGroup::pairs`]) are at most `most_pairs`: `Auto`'s plan, whose choice
-    /// between that join and SMJ-OM follows the pairs. On CUDA, for one group's sample, one
-    /// launch samples and empties the table's heads and the next builds it unless the posted
-    /// pairs exceed `most_pairs` (`kernels/sample.cu`): the build runs while the host reads
-    /// the sample and chooses, and costs a join that does not probe the table next to nothing.
-    /// Otherwise the sample, then the table where the pairs ask for it.
+    /// between that join and SMJ-OM follows the pairs. Where the pairs exceed `most_pairs`,
+    /// `row_ids` (if given) are numbered `0..len` instead: the row ids SMJ-OM sorts with each
+    /// side's keys. On CUDA, for one group's sample, one launch samples and empties the
+    /// table's heads, and the next builds the table or numbers the rows by the posted pairs
+    /// (`kernels/sample.cu`): it runs while the host reads the sample and chooses, so the
+    /// join chosen starts with its own work. Otherwise the sample, then the table or the
+    /// numbering.
     ///
     /// # Errors
     /// As [`SampleRuns::sample_runs`] and [`HashTables::build_table`].
@@ -64,24 +73,31 @@ pub trait SampleRuns: HashTables {
         keys: &'k Self::Buf<K>,
         samples: usize,
         most_pairs: u64,
+        row_ids: Option<RowIdsToNumber<'_, Self>>,
     ) -> Result<SampleAndTable<'k, Self, K>> {
-        sample_then_chained_table(self, keys, samples, most_pairs)
+        sample_then_chained_table(self, keys, samples, most_pairs, row_ids)
     }
 }
 
 /// [`SampleRuns::sample_runs_and_chained_table`] in two steps: the sample, then the table
-/// where its pairs are at most `most_pairs`.
+/// where its pairs are at most `most_pairs`, else the row ids numbered.
 fn sample_then_chained_table<'k, B: SampleRuns, K: Key>(
     b: &B,
     keys: &'k B::Buf<K>,
     samples: usize,
     most_pairs: u64,
+    row_ids: Option<RowIdsToNumber<'_, B>>,
 ) -> Result<SampleAndTable<'k, B, K>> {
     let groups = b.sample_runs(keys, samples)?;
-    let table = (groups.iter().map(|g| g.pairs).sum::<u64>() <= most_pairs)
-        .then(|| b.build_table(keys, &TableConfig::chained()))
-        .transpose()?;
-    Ok((groups, table))
+    if groups.iter().map(|g| g.pairs).sum::<u64>() <= most_pairs {
+        let table = b.build_table(keys, &TableConfig::chained())?;
+        return Ok((groups, Some(table)));
+    }
+    if let Some((left, right)) = row_ids {
+        b.iota(left, 0)?;
+        b.iota(right, 0)?;
+    }
+    Ok((groups, None))
 }
 
 /// The row of sample `j` of `samples` over `n` rows: one row in each of `samples` equal
@@ -144,7 +160,8 @@ mod cuda {
     use joinkit_hashtable::cuda::{chained_table_unemptied, raw_table};
 
     use super::{
-        SAMPLE_GROUP_ROWS, SampleAndTable, SampleGroup, layout, sample_then_chained_table,
+        RowIdsToNumber, SAMPLE_GROUP_ROWS, SampleAndTable, SampleGroup, layout,
+        sample_then_chained_table,
     };
 
     /// Threads of a group's blocks (`kSampleThreads` in kernels/sample.cu).
@@ -241,21 +258,28 @@ mod cuda {
             keys: &'k DeviceBuffer<K>,
             samples: usize,
             most_pairs: u64,
+            row_ids: Option<RowIdsToNumber<'_, Self>>,
         ) -> Result<SampleAndTable<'k, Self, K>> {
             let (samples, groups) = layout(samples, keys.len())?;
             if groups != 1 {
                 // No sample, or more than one group (past SAMPLE_GROUP_ROWS).
-                return sample_then_chained_table(self, keys, samples as usize, most_pairs);
+                return sample_then_chained_table(
+                    self,
+                    keys,
+                    samples as usize,
+                    most_pairs,
+                    row_ids,
+                );
             }
             let (sample_name, push_name) = if K::BITS == 32 {
                 (
                     "sample_and_empty_heads_u32",
-                    "push_chained_unless_many_pairs_u32",
+                    "push_chained_or_number_rows_u32",
                 )
             } else {
                 (
                     "sample_and_empty_heads_u64",
-                    "push_chained_unless_many_pairs_u64",
+                    "push_chained_or_number_rows_u64",
                 )
             };
             let sample_and_empty =
@@ -276,7 +300,22 @@ mod cuda {
             let emptiers = (raw.capacity.div_ceil(4 * u64::from(THREADS)))
                 .clamp(1, resident)
                 .next_multiple_of(u64::from(cluster)) as u32;
-            let builders = raw.rows.div_ceil(u64::from(THREADS)).clamp(1, resident) as u32;
+            // The row ids to number where the build is skipped (a null pointer: none).
+            let (left_ids, left_rows, right_ids, right_rows) = match &row_ids {
+                Some((l, r)) => (
+                    l.device_ptr(),
+                    l.len() as u64,
+                    r.device_ptr(),
+                    r.len() as u64,
+                ),
+                None => (0, 0, 0, 0),
+            };
+            let builders = raw
+                .rows
+                .max(left_rows)
+                .max(right_rows)
+                .div_ceil(u64::from(THREADS))
+                .clamp(1, resident) as u32;
             let sample_config = LaunchConfig {
                 grid_dim: (cluster + emptiers, 1, 1),
                 block_dim: (THREADS, 1, 1),
@@ -300,10 +339,17 @@ mod cuda {
                 // write the heads.
                 unsafe { args.launch(sample_config) }.map_err(launch_error)?;
                 let mut args = stream.launch_builder(&push);
-                args.arg(&raw).arg(&pairs_ptr).arg(&most_pairs);
+                args.arg(&raw)
+                    .arg(&pairs_ptr)
+                    .arg(&most_pairs)
+                    .arg(&left_ids)
+                    .arg(&left_rows)
+                    .arg(&right_ids)
+                    .arg(&right_rows);
                 // SAFETY: the launch above emptied the heads and wrote the pairs before this one
                 // begins; this reads that word and the keys, and writes the heads and
-                // next[0..rows].
+                // next[0..rows], or the row ids below their columns' lengths (held by
+                // `row_ids`, borrowed mutably for this call).
                 unsafe { args.launch(push_config) }
                     .map(drop)
                     .map_err(launch_error)

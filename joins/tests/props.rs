@@ -200,6 +200,21 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
     // Few distinct keys: the CPU's key-set table (NPHJ-open; NPHJ-chained on a GPU).
     let (a, why, _) = run(&cpu, (1 << 14, 16, 2048), JoinKind::LeftSemi);
     assert_eq!((a, why), (Algorithm::NphjOpen, Some(Why::FewDistinctKeys)));
+    // 64 keys: the right side skewed (each key 1/64 of it), but a semi join on few keys does
+    // not turn on the left side's skew, which is not sampled.
+    let keys: Vec<u32> = (0..1u32 << 14).map(|i| i % 64).collect();
+    let on_cpu = joinkit::Backend::upload(&cpu, &keys).unwrap();
+    let (_, st) = join_rows(
+        &cpu,
+        &on_cpu,
+        &on_cpu,
+        &JoinOptions::new(JoinKind::LeftSemi),
+    )
+    .unwrap();
+    let sampled = st.sampled.unwrap();
+    assert_eq!(st.reason, Some(Why::FewDistinctKeys));
+    assert!(sampled.right_top_key_share >= ChoiceParams::for_backend(&cpu).skew_share);
+    assert_eq!(sampled.left_top_key_share, 0.0);
     // 1024 rows: every one sampled, so the rows per key are exact; 4 keys on both sides: a
     // small side on a pool of 2 threads or more, skewed on one thread.
     let (a, why, m) = run(&cpu, (1024, 256, 64), JoinKind::Inner);
@@ -300,7 +315,7 @@ fn check_key_samples<K: Key + Arbitrary>(test: &str) {
 
 /// `b`'s sample of `keys` with the chained table at each of `limits` on its pairs: the groups
 /// `want`, a table exactly where the sample's pairs are at most the limit, holding every key's
-/// rows.
+/// rows, and elsewhere two poisoned row-id columns of other lengths numbered `0..len`.
 fn check_sample_and_table<B: JoinBackend + SampleRuns, K: Key>(
     b: &B,
     keys: &[K],
@@ -310,15 +325,33 @@ fn check_sample_and_table<B: JoinBackend + SampleRuns, K: Key>(
 ) -> Result<(), TestCaseError> {
     let on_b = b.upload(keys).unwrap();
     let pairs: u64 = want.iter().map(|g| g.pairs).sum();
+    let id_rows = [keys.len() + 1000, keys.len() / 3];
     for most_pairs in limits {
+        let [mut left, mut right] = id_rows.map(|n| b.upload(&vec![u32::MAX; n]).unwrap());
         let (groups, table) = b
-            .sample_runs_and_chained_table(&on_b, samples, most_pairs)
+            .sample_runs_and_chained_table(
+                &on_b,
+                samples,
+                most_pairs,
+                Some((&mut left, &mut right)),
+            )
             .unwrap();
         prop_assert_eq!(&groups[..], want);
         prop_assert_eq!(table.is_some(), pairs <= most_pairs);
         if let Some(table) = &table {
             check_chained_table(b, keys, table)?;
+        } else {
+            for (ids, n) in [(&left, id_rows[0]), (&right, id_rows[1])] {
+                let numbered: Vec<u32> = (0..n as u32).collect();
+                prop_assert_eq!(b.download(ids).unwrap(), numbered);
+            }
         }
+        // Without row ids to number, the same sample and table.
+        let (groups, table) = b
+            .sample_runs_and_chained_table(&on_b, samples, most_pairs, None)
+            .unwrap();
+        prop_assert_eq!(&groups[..], want);
+        prop_assert_eq!(table.is_some(), pairs <= most_pairs);
     }
     Ok(())
 }

@@ -77,7 +77,7 @@ fn plan_cost() {
                 drop(tb);
                 b.synchronize().unwrap();
                 let t = Instant::now();
-                let (_g, tb) = b.sample_runs_and_chained_table(&r, s, u64::MAX).unwrap();
+                let (_g, tb) = b.sample_runs_and_chained_table(&r, s, u64::MAX, None).unwrap();
                 b.synchronize().unwrap();
                 both.push(t.elapsed().as_secs_f64() * 1e6);
                 drop(tb);
@@ -186,13 +186,13 @@ fn plan_pieces() {
         println!(
             "2^{n} sample_runs_and_chained_table({s}), build skipped, until the sample is read: {:.1} us",
             host(&mut || {
-                drop(b.sample_runs_and_chained_table(&r, s, 0).unwrap());
+                drop(b.sample_runs_and_chained_table(&r, s, 0, None).unwrap());
             })
         );
         println!(
             "2^{n} sample_runs_and_chained_table({s}), built, + sync: {:.1} us",
             host(&mut || {
-                let t = b.sample_runs_and_chained_table(&r, s, u64::MAX).unwrap();
+                let t = b.sample_runs_and_chained_table(&r, s, u64::MAX, None).unwrap();
                 b.synchronize().unwrap();
                 drop(t);
             })
@@ -225,7 +225,7 @@ fn sample_kernels() {
         let s = right_sample_rows(rows);
         for _ in 0..2 {
             b.sample_runs(&r, s).unwrap();
-            drop(b.sample_runs_and_chained_table(&r, s, u64::MAX).unwrap());
+            drop(b.sample_runs_and_chained_table(&r, s, u64::MAX, None).unwrap());
             b.synchronize().unwrap();
         }
     }
