@@ -290,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads)
                                     uint64_t most_pairs, uint32_t* left_ids, uint64_t left_rows,
                                     uint32_t* right_ids, uint64_t right_rows) {
   push_chained_or_number_rows<uint32_t>(raw, pairs, most_pairs, left_ids, left_rows, right_ids,
-                                   right_rows);
+                                        right_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(kSampleThreads)
@@ -298,5 +298,5 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads)
                                     uint64_t most_pairs, uint32_t* left_ids, uint64_t left_rows,
                                     uint32_t* right_ids, uint64_t right_rows) {
   push_chained_or_number_rows<uint64_t>(raw, pairs, most_pairs, left_ids, left_rows, right_ids,
-                                   right_rows);
+                                        right_rows);
 }

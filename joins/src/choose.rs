@@ -146,8 +146,8 @@ pub struct JoinInputStats {
     pub match_ratio: Option<f64>,
     /// Share of the most frequent key among sampled left keys (about `1 / distinct` when
     /// uniform; 0.07 for Zipf 1.0 over 2^20 keys); sampled only when the right side's share
-    /// reaches [`ChoiceParams::skew_share`] and the choice turns on it, or the right side was
-    /// not sampled; 0 otherwise.
+    /// reaches [`ChoiceParams::skew_share`] and the choice turns on it, or the right keys are
+    /// promised unique (then the left side is sampled first); 0 otherwise.
     pub left_top_key_share: f64,
     /// Share of the most frequent key among sampled right keys (0 or `1 / rows` when unique);
     /// for right keys promised unique, sampled only when the left side's share reaches
@@ -522,7 +522,8 @@ pub fn right_sample_rows(rows: usize) -> usize {
 /// ([`SampleRuns::sample_runs`]: on CUDA a launch and a read of a few words a side). Right
 /// keys not promised unique (`right_unique` false) give their rows per key and most frequent
 /// key from [`right_sample_rows`] rows, and the left side's most frequent key is sampled only
-/// when the right one's reaches `params.skew_share`; right keys promised unique are not
+/// when the right one's reaches `params.skew_share` and the tree's choice turns on it; right
+/// keys promised unique are not
 /// sampled unless [`SAMPLE_ROWS`] left rows show the left side skewed. When `params` wants
 /// it for these payloads ([`ChoiceParams::wants_match_ratio`]) and the rest leaves the
 /// choice to the wide-payload branch, the match ratio: [`SAMPLE_ROWS`]
@@ -653,10 +654,10 @@ where
                         .then(|| Ok::<_, Error>((b.alloc(left.len())?, b.alloc(right.len())?)))
                         .transpose()?;
                     let numbering = ids.as_mut().map(|(l, r)| (l, r));
-                    let sampled =
+                    let planned =
                         b.sample_runs_and_chained_table(right, right_rows, most, numbering)?;
-                    row_ids = ids.filter(|_| sampled.1.is_none());
-                    sampled
+                    row_ids = ids.filter(|_| planned.1.is_none());
+                    planned
                 }
                 None => (b.sample_runs(right, right_rows)?, None),
             };
@@ -728,7 +729,8 @@ fn rows_per_key(groups: &[SampleGroup], rows: usize) -> f64 {
 /// The most equal pairs a one-group sample of `samples` right rows may show for the tree to
 /// pick NPHJ-chained from `stats` (sides and payloads; rows a key from the pairs), or `None`
 /// where no pairs do. The choice between NPHJ-chained and SMJ-OM follows the rows a key, which
-/// grow with the pairs, so the largest such count is found by bisection; the plan builds the
+/// grow with the pairs, so the largest such count is the one where the rows a key reach the
+/// tree's merge threshold where the tree agrees, else found by bisection; the plan builds the
 /// chained table beside the sample where the sample shows at most that many
 /// ([`SampleRuns::sample_runs_and_chained_table`]), and the tree's choice from the sampled
 /// statistics stays the one that counts.
@@ -836,6 +838,93 @@ mod tests {
             outer_merge_rows_per_key: f64::INFINITY,
             small_side_max_right_rows: 0,
             small_side_merge_pairs: f64::INFINITY,
+        }
+    }
+
+    /// The pairs limit equals the one a bisection alone finds, for right sides of 2 … 5000 rows
+    /// and a few larger ones, inner and left outer joins, at the GPU's merge threshold and at
+    /// 40 rows a key: the first guess (the threshold's pairs) misses at floating-point edges
+    /// (841 rows, all sampled, at 40), where the bisection answers.
+    #[test]
+    fn the_pairs_limit_equals_a_bisection() {
+        for threshold in [gpu_like().chained_merge_rows_per_key, 40.0] {
+            let p = ChoiceParams {
+                chained_merge_rows_per_key: threshold,
+                ..gpu_like()
+            };
+            let sizes = (2..5000).chain([1 << 14, 1 << 18, (1 << 18) + 1, 1 << 20]);
+            for (right_rows, kind) in
+                sizes.flat_map(|n| [(n, JoinKind::Inner), (n, JoinKind::LeftOuter)])
+            {
+                let s = JoinInputStats {
+                    left_rows: right_rows,
+                    match_ratio: None,
+                    ..stats(right_rows, 4, 1.0)
+                };
+                let samples = right_sample_rows(right_rows);
+                let rows = samples.min(right_rows) as u64;
+                let picks = |pairs| {
+                    let group = SampleGroup {
+                        rows,
+                        pairs,
+                        top: 0,
+                    };
+                    let sampled = JoinInputStats {
+                        right_rows_per_key: Some(rows_per_key(&[group], right_rows)),
+                        ..s
+                    };
+                    choose(&sampled, kind, &p).0 == Algorithm::NphjChained
+                };
+                let bisected = picks(0).then(|| {
+                    let (mut lo, mut hi) = (0, rows * (rows - 1) + 1);
+                    while hi - lo > 1 {
+                        let mid = lo + (hi - lo) / 2;
+                        if picks(mid) { lo = mid } else { hi = mid }
+                    }
+                    lo
+                });
+                assert_eq!(
+                    most_pairs_for_chained(&s, samples, kind, &p),
+                    bisected,
+                    "{kind:?} {right_rows} at {threshold}"
+                );
+            }
+        }
+    }
+
+    /// The plan's numbering on the CPU twin with the GPU's parameters (where the plan speculates
+    /// on a small right side): SMJ-OM's row ids `0..len` a side exactly where the sample's pairs
+    /// skip the chained table, none past `PLAN_NUMBERS_ROWS_UP_TO` rows.
+    #[test]
+    fn the_plan_numbers_the_rows_where_it_skips_the_table() {
+        let b = CpuBackend::new();
+        let p = gpu_like();
+        let opts = JoinOptions::new(JoinKind::Inner);
+        let keys =
+            |rows: u32, per_key: u32| -> Vec<u32> { (0..rows).map(|i| i / per_key).collect() };
+        for (left_rows, per_key, numbered) in [
+            (1000, 256, true),
+            (1000, 2, false),
+            (PLAN_NUMBERS_ROWS_UP_TO as u32 - 4096, 256, true),
+            (PLAN_NUMBERS_ROWS_UP_TO as u32 - 4096 + 1, 256, false),
+        ] {
+            let (left, right) = (keys(left_rows, per_key), keys(4096, per_key));
+            let sampled =
+                sample_stats_and_table(&b, (&left, &right), (0, 0), &opts, &p, true).unwrap();
+            let many_pairs = per_key > 2;
+            assert_eq!(
+                sampled.table.is_some(),
+                !many_pairs,
+                "{left_rows} {per_key}"
+            );
+            match sampled.row_ids {
+                Some((l, r)) => {
+                    assert!(numbered, "{left_rows} {per_key}");
+                    assert!(l.iter().copied().eq(0..left_rows));
+                    assert!(r.iter().copied().eq(0..4096));
+                }
+                None => assert!(!numbered, "{left_rows} {per_key}"),
+            }
         }
     }
 

@@ -229,7 +229,9 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 /// SMJ-OM ([`SampleRuns::sample_runs_and_chained_table`](crate::SampleRuns)): one launch
 /// before the choice, the build running while the host chooses, and the join keeps the table
 /// when the choice is NPHJ-chained. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms
-/// and more) the table is not built.
+/// and more) the table is not built: that launch numbers both sides' rows for SMJ-OM instead
+/// (sides of at most [`PLAN_NUMBERS_ROWS_UP_TO`](crate::choose::PLAN_NUMBERS_ROWS_UP_TO) rows together), so the join
+/// starts with its sorts.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -412,7 +414,6 @@ pub(crate) fn table_match<B: JoinBackend, K: Key>(
 
 /// Sort-merge joins: sort both sides with their row ids (`row_ids`, where the plan numbered
 /// them), search each left key's range in the right, expand the ranges into pairs.
-#[allow(clippy::too_many_arguments)] // the sides, their row ids, the options and the budget
 fn merge_match<B: JoinBackend, K: Key>(
     b: &B,
     ph: &mut Phases<'_, B>,
@@ -433,9 +434,9 @@ fn merge_match<B: JoinBackend, K: Key>(
         };
         b.sort_pairs(keys, &rows, 0..K::BITS)
     };
-    let (left_rows, right_rows) = row_ids.unzip();
+    let (left_ids, right_ids) = row_ids.unzip();
     let ((lk, lr), (rk, rr)) = ph.run("transform", || {
-        Ok((sort(left, left_rows)?, sort(right, right_rows)?))
+        Ok((sort(left, left_ids)?, sort(right, right_ids)?))
     })?;
     if opts.right_unique {
         let total = ph.run("transform", || {

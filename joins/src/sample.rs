@@ -67,7 +67,8 @@ pub trait SampleRuns: HashTables {
     /// numbering.
     ///
     /// # Errors
-    /// As [`SampleRuns::sample_runs`] and [`HashTables::build_table`].
+    /// As [`SampleRuns::sample_runs`] and [`HashTables::build_table`], and the numbering's
+    /// driver errors.
     fn sample_runs_and_chained_table<'k, K: Key>(
         &self,
         keys: &'k Self::Buf<K>,
@@ -348,8 +349,10 @@ mod cuda {
                     .arg(&right_rows);
                 // SAFETY: the launch above emptied the heads and wrote the pairs before this one
                 // begins; this reads that word and the keys, and writes the heads and
-                // next[0..rows], or the row ids below their columns' lengths (held by
-                // `row_ids`, borrowed mutably for this call).
+                // next[0..rows], or the row ids below their columns' lengths. It may still run
+                // after this call returns (the host reads the sample's post, not its end): like
+                // the table, the id columns are used, reused or freed only in this stream's
+                // order.
                 unsafe { args.launch(push_config) }
                     .map(drop)
                     .map_err(launch_error)
