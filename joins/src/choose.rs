@@ -523,8 +523,8 @@ pub fn right_sample_rows(rows: usize) -> usize {
 /// keys not promised unique (`right_unique` false) give their rows per key and most frequent
 /// key from [`right_sample_rows`] rows, and the left side's most frequent key is sampled only
 /// when the right one's reaches `params.skew_share` and the tree's choice turns on it; right
-/// keys promised unique are not
-/// sampled unless [`SAMPLE_ROWS`] left rows show the left side skewed. When `params` wants
+/// keys promised unique are not sampled unless [`SAMPLE_ROWS`] left rows show the left side
+/// skewed. When `params` wants
 /// it for these payloads ([`ChoiceParams::wants_match_ratio`]) and the rest leaves the
 /// choice to the wide-payload branch, the match ratio: [`SAMPLE_ROWS`]
 /// left keys downloaded, their distinct values in a small key-value table (64 KiB for 4-byte
@@ -726,6 +726,27 @@ fn rows_per_key(groups: &[SampleGroup], rows: usize) -> f64 {
     estimates.iter().sum::<f64>() / estimates.len() as f64
 }
 
+/// The tree's choice for `stats` where a one-group sample of `samples` right rows shows
+/// `pairs` equal pairs (the rows a key estimated from them).
+fn choice_at_pairs(
+    stats: &JoinInputStats,
+    samples: usize,
+    pairs: u64,
+    kind: JoinKind,
+    params: &ChoiceParams,
+) -> Algorithm {
+    let group = SampleGroup {
+        rows: samples.min(stats.right_rows) as u64,
+        pairs,
+        top: 0,
+    };
+    let sampled = JoinInputStats {
+        right_rows_per_key: Some(rows_per_key(&[group], stats.right_rows)),
+        ..*stats
+    };
+    choose(&sampled, kind, params).0
+}
+
 /// The most equal pairs a one-group sample of `samples` right rows may show for the tree to
 /// pick NPHJ-chained from `stats` (sides and payloads; rows a key from the pairs), or `None`
 /// where no pairs do. The choice between NPHJ-chained and SMJ-OM follows the rows a key, which
@@ -741,19 +762,8 @@ fn most_pairs_for_chained(
     params: &ChoiceParams,
 ) -> Option<u64> {
     let rows = samples.min(stats.right_rows) as u64;
-    let picks_chained = |pairs: u64| {
-        let group = SampleGroup {
-            rows,
-            pairs,
-            top: 0,
-        };
-        let per_key = rows_per_key(&[group], stats.right_rows);
-        let stats = JoinInputStats {
-            right_rows_per_key: Some(per_key),
-            ..*stats
-        };
-        choose(&stats, kind, params).0 == Algorithm::NphjChained
-    };
+    let picks_chained =
+        |pairs| choice_at_pairs(stats, samples, pairs, kind, params) == Algorithm::NphjChained;
     if !picks_chained(0) {
         return None;
     }
@@ -863,18 +873,8 @@ mod tests {
                 };
                 let samples = right_sample_rows(right_rows);
                 let rows = samples.min(right_rows) as u64;
-                let picks = |pairs| {
-                    let group = SampleGroup {
-                        rows,
-                        pairs,
-                        top: 0,
-                    };
-                    let sampled = JoinInputStats {
-                        right_rows_per_key: Some(rows_per_key(&[group], right_rows)),
-                        ..s
-                    };
-                    choose(&sampled, kind, &p).0 == Algorithm::NphjChained
-                };
+                let picks =
+                    |pairs| choice_at_pairs(&s, samples, pairs, kind, &p) == Algorithm::NphjChained;
                 let bisected = picks(0).then(|| {
                     let (mut lo, mut hi) = (0, rows * (rows - 1) + 1);
                     while hi - lo > 1 {
@@ -949,19 +949,7 @@ mod tests {
             };
             let samples = right_sample_rows(right_rows);
             let most = most_pairs_for_chained(&s, samples, kind, &p);
-            let pick = |pairs| {
-                let group = SampleGroup {
-                    rows: samples as u64,
-                    pairs,
-                    top: 0,
-                };
-                let per_key = Some(rows_per_key(&[group], right_rows));
-                let sampled = JoinInputStats {
-                    right_rows_per_key: per_key,
-                    ..s
-                };
-                choose(&sampled, kind, &p).0
-            };
+            let pick = |pairs| choice_at_pairs(&s, samples, pairs, kind, &p);
             let Some(most) = most else {
                 // The CPU's parameters: this shape does not pick NPHJ-chained even without pairs.
                 assert!(cpu_case, "{kind:?} {right_rows}: no limit");

@@ -230,7 +230,7 @@ impl<B: Backend, K: Key> Resolved<'_, B, K> {
 /// before the choice, the build running while the host chooses, and the join keeps the table
 /// when the choice is NPHJ-chained. Where SMJ-OM is chosen (many rows a key, joins of 0.25 ms
 /// and more) the table is not built: that launch numbers both sides' rows for SMJ-OM instead
-/// (sides of at most [`PLAN_NUMBERS_ROWS_UP_TO`](crate::choose::PLAN_NUMBERS_ROWS_UP_TO) rows together), so the join
+/// (sides of at most [`crate::choose::PLAN_NUMBERS_ROWS_UP_TO`] rows together), so the join
 /// starts with its sorts.
 fn resolve<'k, B: JoinBackend, K: Key>(
     b: &B,
