@@ -121,6 +121,10 @@ pub(crate) struct DistributedArgs {
     /// while the next moves (the pipelined shuffle); 1 shuffles it whole, then joins.
     #[arg(long, default_value_t = 1, value_parser = parse_chunks)]
     pipeline_chunks: usize,
+    /// Send the row ids as membership bitmaps, a bit a row for each rank, where the partition
+    /// by rank narrows the keys (DistributedOptions::id_bitmaps).
+    #[arg(long)]
+    id_bitmaps: bool,
     /// Compression of the shuffled columns (the cascaded codec): off, on (every column that
     /// compresses), or auto (where the link is slower than the column's break-even).
     #[arg(long, value_enum, default_value = "off")]
@@ -570,6 +574,7 @@ fn options(args: &DistributedArgs, ranks_per_node: Option<usize>) -> Distributed
         opts = opts.ranks_per_node(n);
     }
     opts.pipeline_chunks(args.pipeline_chunks)
+        .id_bitmaps(args.id_bitmaps)
         .compress(match args.compress {
             CompressKind::Off => Compression::Off,
             CompressKind::On => Compression::On,
@@ -694,6 +699,7 @@ fn report(
         .with("shuffle", shuffle_name(st.shuffle))
         .with("kind", crate::join::kind_name(args.kind))
         .with("pipeline chunks", args.pipeline_chunks)
+        .with("id bitmaps", if args.id_bitmaps { "on" } else { "off" })
         .with("compress", format!("{:?}", args.compress).to_lowercase())
         .with("total ms", m.total_ms)
         .with_opt("narrow ms", ran("narrow"))

@@ -81,6 +81,15 @@ struct Columns {
   uint64_t id_base;
 };
 
+// Where the distributed join's partition by rank writes its membership bitmaps instead of row
+// ids: partition d's bitmap is words [d * per_partition, (d + 1) * per_partition), bit r % 32 of
+// word r / 32 set when row r goes to d. `words` is null where none are asked for. Mirrors the
+// `members` and `member_words` arguments in src/cuda.rs.
+struct Members {
+  uint32_t* words;
+  uint64_t per_partition;
+};
+
 template <int RADIX>
 struct TileSmem {
   static constexpr int kItems = Shape<RADIX>::kItems;
@@ -405,6 +414,37 @@ __device__ __forceinline__ void put(uint64_t dst, uint32_t width, uint64_t at, u
     reinterpret_cast<uint64_t*>(dst)[at] = v;
 }
 
+// The membership bitmaps' words of a tile's `count` rows from their digits (`slot`, before the
+// ranking turns them into places; kInvalid past the end): item j of a warp's lanes is 32
+// consecutive rows of the tile (item_index), so a partition's ballot over them is its word for
+// those rows. Each lane keeps one of the ballots of kWarpSize / ITEMS partitions at a time, so
+// that one store writes ITEMS consecutive words of each (4-byte stores scattered a word at a
+// time cost the scatter a tenth more at a fan-out of 4). `first_row`, the tile's first input
+// row, is a multiple of 32 (tiles and chunks are).
+template <int ITEMS>
+__device__ __forceinline__ void write_members(const uint32_t (&slot)[ITEMS], uint32_t fanout,
+                                              uint32_t count, uint64_t first_row, Members m) {
+  static_assert(kWarpSize % ITEMS == 0, "a warp's lanes hold whole partitions' words");
+  constexpr uint32_t kPer = kWarpSize / ITEMS;  // partitions a store covers
+  const uint32_t lane = joinkit::lane_id();
+  const uint32_t warp_rows = joinkit::warp_id() * kWarpSize * ITEMS;
+  for (uint32_t p0 = 0; p0 < fanout; p0 += kPer) {
+    uint32_t kept = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+#pragma unroll 1
+      for (uint32_t q = 0; q < kPer; ++q) {
+        const uint32_t bits = __ballot_sync(kFullMask, slot[j] == p0 + q);
+        if (lane == q * ITEMS + j) kept = bits;
+      }
+    }
+    const uint32_t p = p0 + lane / ITEMS;
+    const uint32_t group = warp_rows + (lane % ITEMS) * kWarpSize;
+    if (p < fanout && group < count)
+      m.words[p * m.per_partition + (first_row + group) / kWarpSize] = kept;
+  }
+}
+
 // Stable scatter of the keys and `cols` by digit. `counts` is the per-row-scanned histogram
 // and `totals` the per-digit totals (from part_scan_counts). Chunk 0 also writes the partition
 // offsets (fanout + 1 of them) when `offsets` is set. Dynamic shared memory: one tile, the
@@ -412,7 +452,7 @@ __device__ __forceinline__ void put(uint64_t dst, uint32_t width, uint64_t at, u
 template <typename K, int RADIX, int ITEMS, typename KOut = K>
 __device__ void sweep(const K* __restrict__ keys, KOut* keys_out, uint64_t n, DigitFn fn,
                       const uint64_t* counts, const uint64_t* totals, uint64_t chunk_rows,
-                      uint64_t* offsets, const Columns& cols) {
+                      uint64_t* offsets, const Columns& cols, Members members = {nullptr, 0}) {
   using S = SweepSmem<RADIX, ITEMS>;
   constexpr int kTile = S::kTile;
   constexpr int kDpt = digits_per_thread<RADIX>();
@@ -469,6 +509,7 @@ __device__ void sweep(const K* __restrict__ keys, KOut* keys_out, uint64_t n, Di
       const uint32_t idx = item_index<ITEMS>(j);
       slot[j] = idx < count ? fn(tile_keys[idx]) : kInvalid;
     }
+    if (members.words != nullptr) write_members<ITEMS>(slot, fn.fanout, count, b, members);
     rank_tile<RADIX, ITEMS>(s.warp_count, s.start, s.scan, slot, total, bits);
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j)
@@ -707,9 +748,88 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads, 4)
     part_sweep16x16_low_u64(const uint64_t* keys, uint32_t* keys_out, uint64_t n, DigitFn fn,
                             const uint64_t* counts, const uint64_t* totals, uint64_t chunk_rows,
-                            uint64_t* offsets, Columns cols) {
+                            uint64_t* offsets, Columns cols, uint32_t* members,
+                            uint64_t member_words) {
   sweep<uint64_t, 16, 16, uint32_t>(keys, keys_out, n, fn, counts, totals, chunk_rows, offsets,
-                                    cols);
+                                    cols, Members{members, member_words});
+}
+
+// Row ids from membership bitmaps (LowWordsPartition::member_row_ids): the bitmaps of up to 16
+// senders laid end to end, each sender's first word and the id of its row 0.
+constexpr int kMemberWordsPerThread = 8;
+constexpr uint64_t kMemberTile = kThreads * kMemberWordsPerThread;
+struct MemberRuns {
+  uint64_t start[17];
+  uint32_t first[16];
+  uint32_t count;
+};
+
+// The first word of the runs of 32 a warp of part_member_row_ids owns (a word of its run:
+// + j * 32 + lane).
+__device__ __forceinline__ uint64_t member_warp_words() {
+  return blockIdx.x * kMemberTile +
+         static_cast<uint64_t>(joinkit::warp_id()) * kWarpSize * kMemberWordsPerThread;
+}
+
+// The set bits of each tile of kMemberTile words: counts[blockIdx.x].
+extern "C" __global__ void __launch_bounds__(kThreads)
+    part_member_tile_counts(const uint32_t* words, uint64_t n_words, uint64_t* counts) {
+  __shared__ uint64_t scan[kWarpSize + 1];
+  const uint64_t first = member_warp_words();
+  uint64_t c = 0;
+#pragma unroll
+  for (int j = 0; j < kMemberWordsPerThread; ++j) {
+    const uint64_t w = first + j * kWarpSize + joinkit::lane_id();
+    if (w < n_words) c += __popc(words[w]);
+  }
+  uint64_t all;
+  joinkit::block_exclusive_scan<uint64_t>(c, scan, &all);
+  if (threadIdx.x == 0) counts[blockIdx.x] = all;
+}
+
+// Each set bit's row id at its place: the tile's start (the exclusive sum of the tile counts)
+// plus the set bits before it in the tile. A warp owns kMemberWordsPerThread runs of 32
+// consecutive words of the tile; for each, its lanes stage their words' ids in shared memory
+// in order and then store them together, so a warp's stores are consecutive (ids stored one
+// thread-run at a time scatter partial sectors over the whole output). Ids past out_len are
+// not written.
+extern "C" __global__ void __launch_bounds__(kThreads)
+    part_member_row_ids(const uint32_t* words, uint64_t n_words, const uint64_t* starts,
+                        MemberRuns runs, uint32_t* out, uint64_t out_len) {
+  __shared__ uint64_t scan[kWarpSize + 1];
+  __shared__ uint32_t staged[kWarps][kWarpSize * kWarpSize];
+  const uint32_t lane = joinkit::lane_id();
+  uint32_t* mine = staged[joinkit::warp_id()];
+  const uint64_t first = member_warp_words();
+  uint32_t v[kMemberWordsPerThread];
+  uint64_t c = 0;
+#pragma unroll
+  for (int j = 0; j < kMemberWordsPerThread; ++j) {
+    const uint64_t w = first + j * kWarpSize + lane;
+    v[j] = w < n_words ? words[w] : 0;
+    c += __popc(v[j]);
+  }
+  // Lane 0's exclusive prefix counts every word of the warps before this one.
+  uint64_t all;
+  const uint64_t before = joinkit::block_exclusive_scan<uint64_t>(c, scan, &all);
+  uint64_t at = starts[blockIdx.x] + __shfl_sync(kFullMask, before, 0);
+  uint32_t s = 0;
+#pragma unroll
+  for (int j = 0; j < kMemberWordsPerThread; ++j) {
+    const uint64_t w = first + j * kWarpSize + lane;
+    while (s + 1 < runs.count && runs.start[s + 1] <= w) ++s;
+    const uint32_t bits = v[j];
+    const uint32_t incl = joinkit::warp_inclusive_scan<uint32_t>(__popc(bits));
+    const uint32_t step = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+    const uint32_t id0 = runs.first[s] + static_cast<uint32_t>((w - runs.start[s]) * kWarpSize);
+    uint32_t k = incl - __popc(bits);
+    for (uint32_t b = bits; b != 0; b &= b - 1) mine[k++] = id0 + (__ffs(b) - 1);
+    __syncwarp();
+    for (uint32_t i = lane; i < step; i += kWarpSize)
+      if (at + i < out_len) out[at + i] = mine[i];
+    __syncwarp();
+    at += step;
+  }
 }
 
 JK_PARTITION_KERNELS(uint32_t, u32, 256)

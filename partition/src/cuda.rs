@@ -545,12 +545,16 @@ struct Pass<'c> {
 }
 
 /// What a pass that narrows its 8-byte keys adds: the window every key must lie in, the flag
-/// it sets when one does not, and the first generated row id.
+/// it sets when one does not, the first generated row id, and the membership bitmaps.
 #[derive(Debug, Clone, Copy)]
 struct LowWordsPass {
     window: u64,
     outside: u64,
     id_base: u64,
+    /// Where the scatter writes the membership bitmaps; 0 for none.
+    members: u64,
+    /// Words of each partition's bitmap.
+    member_words: u64,
 }
 
 /// The histogram and scatter of a pass narrowing 8-byte keys (the small fan-out class only).
@@ -622,30 +626,38 @@ impl Pass<'_> {
         {
             let mut cols = Columns::of(&self.cols[at..end]);
             cols.id_base = self.low_words.map_or(0, |l| l.id_base);
-            let name = match self.low_words {
-                Some(_) => LOW_WORDS_SWEEP,
-                None => sweep.name,
-            };
             at = end;
             let (keys_out, offsets) = if g == 0 {
                 (self.keys_out, self.offsets)
             } else {
                 (0u64, 0u64)
             };
-            launch!(
-                shared: backend,
-                name,
-                self.plan.grid(sweep.smem),
-                &self.keys_in,
-                &keys_out,
-                &self.n,
-                &self.digit,
-                &self.counts,
-                &self.totals,
-                &self.plan.chunk_rows,
-                &offsets,
-                &cols
-            )?;
+            // part_sweepRxI_K(..., cols), and the low words' part_sweep16x16_low_u64(..., cols,
+            // members or 0, member_words).
+            let name = match self.low_words {
+                Some(_) => LOW_WORDS_SWEEP,
+                None => sweep.name,
+            };
+            let f = backend.function_with_dynamic_shared(&KERNELS, name)?;
+            let mut l = backend.stream().launch_builder(&f);
+            l.arg(&self.keys_in)
+                .arg(&keys_out)
+                .arg(&self.n)
+                .arg(&self.digit)
+                .arg(&self.counts)
+                .arg(&self.totals)
+                .arg(&self.plan.chunk_rows)
+                .arg(&offsets)
+                .arg(&cols);
+            if let Some(low) = &self.low_words {
+                l.arg(&low.members).arg(&low.member_words);
+            }
+            // SAFETY: the arguments are the kernel's C signature in order, with device
+            // addresses valid for the element counts it states (checked by the callers).
+            unsafe { l.launch(self.plan.grid(sweep.smem)) }.map_err(|e| Error::Driver {
+                op: name,
+                message: format!("{e:?}"),
+            })?;
         }
         Ok(())
     }
@@ -1020,23 +1032,40 @@ pub fn hash_partition<K: Key>(
     .run(backend)
 }
 
+/// How [`hash_partition_low_words`] names the rows it moves (see [`crate::RowNames`]).
+#[derive(Debug)]
+pub enum RowNamesOut<'a> {
+    /// Nothing.
+    None,
+    /// The row ids `from + row` into `out` (as long as the keys).
+    Ids {
+        /// One id a row.
+        out: CudaViewMut<'a, u32>,
+        /// The id of row 0.
+        from: u32,
+    },
+    /// The partitions' membership bitmaps ([`crate::LowWords::members`]): `fanout` times
+    /// [`crate::member_words`] of the rows.
+    Members(CudaViewMut<'a, u32>),
+}
+
 /// The partition by `fanout` (at most 16) of 8-byte keys by the seeded hash of their low 32
-/// bits as 4-byte keys ([`crate::hash_partition_of`] of those): writes the low words to
-/// `keys_out`, the row ids `ids_from + row` to `row_ids` and the `fanout + 1` offsets, and sets
+/// bits as 4-byte keys ([`crate::hash_partition_of`] of those), stable: writes the low words to
+/// `keys_out`, the rows' names as `names` asks and the `fanout + 1` offsets, and sets
 /// `outside[0]` to a non-zero value when a key lies outside `[window, window + 2^32)` (the
 /// caller clears it first). The low words are one-to-one on keys of one such window; the flag
 /// tells the caller whether its keys were. See [`crate::LowWordsPartition`].
 ///
 /// # Errors
 /// As [`crate::LowWordsPartition::hash_partition_low_words`], plus [`Error::LengthMismatch`] for
-/// outputs of another length than the keys or offsets of another length than `fanout + 1`.
-#[allow(clippy::too_many_arguments)] // keys in and out, ids, offsets, the window and its flag
+/// outputs of another length than the keys (the bitmaps than theirs) or offsets of another
+/// length than `fanout + 1`.
+#[allow(clippy::too_many_arguments)] // keys in and out, names, offsets, the window and its flag
 pub fn hash_partition_low_words<K: Key>(
     backend: &CudaBackend,
     keys_in: &CudaView<'_, K>,
     keys_out: &mut CudaViewMut<'_, u32>,
-    row_ids: &mut CudaViewMut<'_, u32>,
-    ids_from: u32,
+    names: RowNamesOut<'_>,
     offsets: &mut CudaViewMut<'_, u64>,
     (fanout, seed): (usize, u32),
     (window, outside): (u64, &mut CudaViewMut<'_, u32>),
@@ -1045,22 +1074,42 @@ pub fn hash_partition_low_words<K: Key>(
     let n = keys_in.len();
     const WHAT: &str = "hash_partition_low_words keys vs output";
     Error::check_len(WHAT, n, keys_out.len())?;
-    Error::check_len(WHAT, n, row_ids.len())?;
     Error::check_len("the window's flag", 1, outside.len())?;
-    let fanout = crate::low_words::check_low_words::<K>(n, fanout, ids_from)?;
+    let asked = match &names {
+        RowNamesOut::None => crate::RowNames::None,
+        RowNamesOut::Ids { from, .. } => crate::RowNames::Ids { from: *from },
+        RowNamesOut::Members(_) => crate::RowNames::Members,
+    };
+    let fanout = crate::low_words::check_low_words::<K>(n, fanout, asked)?;
     Error::check_len(
         "hash_partition_low_words offsets vs fan-out + 1",
         fanout + 1,
         offsets.len(),
     )?;
+    let member_words = crate::member_words(n);
+    let (ids, members, id_base) = match names {
+        RowNamesOut::None => (Vec::new(), 0, 0),
+        RowNamesOut::Ids { mut out, from } => {
+            Error::check_len(WHAT, n, out.len())?;
+            let ids = ColSpec {
+                src: 0,
+                dst: ptr_out(backend, &mut out),
+                width: 4,
+            };
+            (vec![ids], 0, u64::from(from))
+        }
+        RowNamesOut::Members(mut out) => {
+            Error::check_len(
+                "hash_partition_low_words bitmaps vs fan-out times their words",
+                fanout * member_words,
+                out.len(),
+            )?;
+            (Vec::new(), ptr_out(backend, &mut out), 0)
+        }
+    };
     if n == 0 {
         return zero_offsets(backend, offsets);
     }
-    let ids = [ColSpec {
-        src: 0,
-        dst: ptr_out(backend, row_ids),
-        width: 4,
-    }];
     let digit = DigitFn::hash_low_words(fanout, seed);
     let plan = Plan::new(backend, n, LOW_WORDS_SWEEP, THREADS as usize * 16 * 8)?;
     let counts = scratch.reserve(backend, plan.histogram_bytes(digit.fanout))?;
@@ -1078,10 +1127,107 @@ pub fn hash_partition_low_words<K: Key>(
         low_words: Some(LowWordsPass {
             window,
             outside: ptr_out(backend, outside),
-            id_base: u64::from(ids_from),
+            id_base,
+            members,
+            member_words: member_words as u64,
         }),
     }
     .run(backend)
+}
+
+/// Words of membership bitmaps a block of [`member_row_ids`] reads (`kMemberTile`).
+const MEMBER_TILE_WORDS: usize = THREADS as usize * 8;
+
+/// The senders of [`member_row_ids`]' bitmaps, passed by value (`MemberRuns` in the kernels):
+/// each run's first word (and the end), and the id of its row 0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MemberRuns {
+    start: [u64; crate::MAX_LOW_WORDS_FANOUT + 1],
+    first: [u32; crate::MAX_LOW_WORDS_FANOUT],
+    count: u32,
+}
+// SAFETY: a plain repr(C) struct of integers, laid out as the kernel's `MemberRuns`.
+unsafe impl DeviceRepr for MemberRuns {}
+
+/// The row ids named by `runs`' membership bitmaps, laid end to end in `members`, into `ids`
+/// (see [`crate::LowWordsPartition::member_row_ids`]): a count of each tile's set bits, their
+/// exclusive sum, and a pass writing each set bit's id at its place. Writes at most
+/// `ids.len()` ids.
+///
+/// # Errors
+/// As [`crate::LowWordsPartition::member_row_ids`]; allocation and driver errors.
+pub fn member_row_ids(
+    backend: &CudaBackend,
+    members: &CudaView<'_, u32>,
+    runs: &[crate::MemberRun],
+    ids: &mut CudaViewMut<'_, u32>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    crate::low_words::check_member_runs(members.len(), runs)?;
+    let words = members.len();
+    if words == 0 || ids.is_empty() {
+        return Ok(());
+    }
+    let mut table = MemberRuns {
+        start: [0; crate::MAX_LOW_WORDS_FANOUT + 1],
+        first: [0; crate::MAX_LOW_WORDS_FANOUT],
+        count: runs.len() as u32,
+    };
+    let mut at = 0u64;
+    for (i, r) in runs.iter().enumerate() {
+        table.start[i] = at;
+        table.first[i] = r.first_id;
+        at += r.words as u64;
+    }
+    table.start[runs.len()] = at;
+    let tiles = words.div_ceil(MEMBER_TILE_WORDS);
+    let grid = LaunchConfig {
+        grid_dim: (
+            u32::try_from(tiles).map_err(|_| Error::SizeOverflow("membership bitmap tiles"))?,
+            1,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let counts = backend.alloc::<u64>(tiles)?;
+    let mut starts = backend.alloc::<u64>(tiles)?;
+    let (words_in, n_words, out, out_len) = (
+        ptr_in(backend, members),
+        words as u64,
+        ptr_out(backend, ids),
+        ids.len() as u64,
+    );
+    let counts_out = counts.device_ptr();
+    // part_member_tile_counts(words[n_words], n_words, counts[tiles])
+    launch!(
+        backend,
+        "part_member_tile_counts",
+        grid,
+        &words_in,
+        &n_words,
+        &counts_out
+    )?;
+    joinkit_primitives::cuda::exclusive_sum(
+        backend,
+        &counts.view(),
+        &mut starts.view_mut(),
+        scratch,
+    )?;
+    let starts_in = starts.device_ptr();
+    // part_member_row_ids(words[n_words], n_words, starts[tiles], runs, out[out_len], out_len)
+    launch!(
+        backend,
+        "part_member_row_ids",
+        grid,
+        &words_in,
+        &n_words,
+        &starts_in,
+        &table,
+        &out,
+        &out_len
+    )
 }
 
 /// Output views of a bucket-chain partition (see [`crate::BucketChains`] for their meaning and

@@ -8,7 +8,7 @@
 //! | stable radix partition by any bit range (LSD passes of ≤ 8 bits) | [`RadixPartition`] | [`Partitioned`]: contiguous columns + `fanout + 1` offsets | input order; identical on both backends, run after run |
 //! | hash partition (seeded murmur3, fan-out 1..=1024) | [`HashPartition`] | [`Partitioned`] | unspecified |
 //! | bucket-chain partition (Sioulas et al.) | [`BucketChainPartition`] | [`BucketChains`]: bucket pool + chains | unspecified, scheduling-dependent on the GPU |
-//! | hash partition of 8-byte keys written as their low 32 bits, with row ids (fan-out 1..=16) | [`LowWordsPartition`] | [`LowWords`]: keys, row ids, offsets, whether the keys lay in one 2^32 window | unspecified |
+//! | hash partition of 8-byte keys written as their low 32 bits, with row ids or membership bitmaps (fan-out 1..=16) | [`LowWordsPartition`] | [`LowWords`]: keys, row ids or bitmaps, offsets, whether the keys lay in one 2^32 window | input order |
 //!
 //! Keys are [`Key`](joinkit_cuda::Key)s (`u32`, `u64`); any number of payload columns of any
 //! [`Element`](joinkit_cuda::Element) type, mixed widths, move with their keys (the shared
@@ -56,6 +56,8 @@ pub use column::RowIds;
 pub use digit::{MAX_FANOUT, MAX_RADIX_BITS, Partitioner, RADIX_PASS_BITS, hash_partition_of};
 pub use hash::HashPartition;
 pub use joinkit_cuda::{Backend, Column, Error, Result};
-pub use low_words::{LowWords, LowWordsPartition, MAX_LOW_WORDS_FANOUT};
+pub use low_words::{
+    LowWords, LowWordsPartition, MAX_LOW_WORDS_FANOUT, MemberRun, RowNames, member_words,
+};
 pub use radix::RadixPartition;
 pub use stable::Partitioned;

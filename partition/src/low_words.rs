@@ -1,6 +1,7 @@
-//! A hash partition of 8-byte keys that writes them as their low 32 bits, with row ids: a
-//! distributed join's partition by rank, narrowing its keys and numbering its rows in the same
-//! pass instead of three.
+//! A hash partition of 8-byte keys that writes them as their low 32 bits, naming each row by
+//! its id or by a bit of its partition's membership bitmap: a distributed join's partition by
+//! rank, narrowing its keys and numbering its rows in the same pass instead of three, and
+//! sending one bit a row for the ids instead of 32.
 
 use joinkit_cuda::{Backend, CpuBackend, Error, Key, PARALLEL_THRESHOLD, Result};
 use rayon::prelude::*;
@@ -13,13 +14,34 @@ use crate::stable::cpu_stable_partition;
 /// small fan-out class's).
 pub const MAX_LOW_WORDS_FANOUT: usize = 16;
 
-/// 8-byte keys grouped by partition and written as their low 32 bits, each beside its row id,
+/// What [`LowWordsPartition::hash_partition_low_words`] writes to name the rows it moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowNames {
+    /// Nothing: the low words alone.
+    None,
+    /// The row id `from + row` beside each low word ([`LowWords::row_ids`]).
+    Ids {
+        /// The id of row 0.
+        from: u32,
+    },
+    /// One bit a row and partition ([`LowWords::members`]) instead of a 4-byte id a row: the
+    /// partition is stable, so a partition's rows are its bitmap's set bits in order, and a
+    /// receiver rebuilds their ids with [`LowWordsPartition::member_row_ids`]. A distributed
+    /// join's shuffle then moves `fanout` bits a row for the ids instead of 32 to each rank.
+    Members,
+}
+
+/// 8-byte keys grouped by partition and written as their low 32 bits, how the rows are named,
 /// and whether every key lay in the window asked for.
 pub struct LowWords<B: Backend> {
-    /// The keys' low 32 bits, grouped by partition.
+    /// The keys' low 32 bits, grouped by partition, each partition's in input order.
     pub keys: B::Buf<u32>,
-    /// `ids_from + row` of the input row now at each position.
-    pub row_ids: B::Buf<u32>,
+    /// With [`RowNames::Ids`]: `from + row` of the input row now at each position.
+    pub row_ids: Option<B::Buf<u32>>,
+    /// With [`RowNames::Members`]: `fanout` bitmaps of [`member_words`]`(rows)` words each,
+    /// partition `p`'s first; bit `i % 32` of its word `i / 32` is set when input row `i` went
+    /// to `p`. Bits past the last row are clear.
+    pub members: Option<B::Buf<u32>>,
     /// `fanout + 1` offsets: exclusive prefix sums of the partition sizes.
     pub offsets: B::Buf<u64>,
     /// Whether every key lay in `[window, window + 2^32)`, so that the low words are
@@ -37,35 +59,83 @@ impl<B: Backend> std::fmt::Debug for LowWords<B> {
     }
 }
 
+/// Words of one partition's membership bitmap over `rows` input rows ([`LowWords::members`]).
+pub fn member_words(rows: usize) -> usize {
+    rows.div_ceil(32)
+}
+
+/// One sender's membership bitmap among several laid end to end (as an all-to-all delivers
+/// them, in rank order): its words, and the id its row 0 takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberRun {
+    /// [`member_words`] of the sender's input rows.
+    pub words: usize,
+    /// The id of the sender's row 0; row `i` becomes `first_id + i` (the sender checked that
+    /// its ids fit 32 bits).
+    pub first_id: u32,
+}
+
 /// The hash partition of 8-byte keys by their low 32 bits.
 ///
 /// Row `i` goes to partition [`hash_partition_of`]`(keys[i] as u32, seed, fanout)` (the same
-/// partition as the low word's own hash partition as a 4-byte key), written as that low word
-/// with the row id `ids_from + i`; order within a partition is unspecified. Where a caller
-/// knows its keys span fewer than 2^32 values (a sample of them, say) it narrows them here
-/// instead of in a pass of their own, and the check of the window that comes back tells it
-/// whether the sample was right: keys of one window `[w, w + 2^32)` differ in their low words.
-/// The CUDA backend checks the window in the histogram pass it reads the keys in anyway, and
-/// writes the ids rather than reading a column of them.
+/// partition as the low word's own hash partition as a 4-byte key), written as that low word,
+/// named as [`RowNames`] asks; the partition is stable (a partition's rows in input order).
+/// Where a caller knows its keys span fewer than 2^32 values (a sample of them, say) it
+/// narrows them here instead of in a pass of their own, and the check of the window that comes
+/// back tells it whether the sample was right: keys of one window `[w, w + 2^32)` differ in
+/// their low words. The CUDA backend checks the window in the histogram pass it reads the keys
+/// in anyway, and writes the ids or bitmaps in its scatter rather than reading a column of ids.
 pub trait LowWordsPartition: Backend {
     /// Partitions `keys` into `by.0` partitions by the hash (seed `by.1`) of their low words.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for keys other than 8 bytes wide or a fan-out above
     /// [`MAX_LOW_WORDS_FANOUT`]; [`Error::EmptyInput`] for a fan-out of 0;
-    /// [`Error::SizeOverflow`] when `ids_from + keys.len()` passes 2^32; allocation and driver
-    /// errors.
+    /// [`Error::SizeOverflow`] when `from + keys.len()` passes 2^32 ([`RowNames::Ids`]);
+    /// allocation and driver errors.
     fn hash_partition_low_words<K: Key>(
         &self,
         keys: &Self::Buf<K>,
         by: (usize, u32),
         window: u64,
-        ids_from: u32,
+        names: RowNames,
     ) -> Result<LowWords<Self>>;
+
+    /// The row ids of the rows one partition received from each of `runs` (its senders), in
+    /// the order they sent them: for each run in turn, `first_id + i` for every set bit `i` of
+    /// its bitmap. `members` holds the runs' bitmaps end to end; `rows` is how many bits are
+    /// set (the rows received), the length of the output.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when the runs' words are not `members`' length;
+    /// [`Error::InvalidArgument`] for more than [`MAX_LOW_WORDS_FANOUT`] runs; on the CPU,
+    /// [`Error::Corrupt`] when other than `rows` bits are set (the CUDA backend, which does not
+    /// wait for its kernels, writes at most `rows` ids); allocation and driver errors.
+    fn member_row_ids(
+        &self,
+        members: &Self::Buf<u32>,
+        runs: &[MemberRun],
+        rows: usize,
+    ) -> Result<Self::Buf<u32>>;
+}
+
+/// The checks of [`LowWordsPartition::member_row_ids`] on both backends.
+pub(crate) fn check_member_runs(words: usize, runs: &[MemberRun]) -> Result<()> {
+    if runs.len() > MAX_LOW_WORDS_FANOUT {
+        return Err(Error::InvalidArgument(format!(
+            "membership bitmaps of at most {MAX_LOW_WORDS_FANOUT} senders, not {}",
+            runs.len()
+        )));
+    }
+    let total = runs
+        .iter()
+        .try_fold(0usize, |a, r| a.checked_add(r.words))
+        .ok_or(Error::SizeOverflow("membership bitmap words"))?;
+    Error::check_len("membership bitmaps vs their runs' words", total, words)
 }
 
 /// The checks both backends make; returns the fan-out.
-pub(crate) fn check_low_words<K: Key>(n: usize, fanout: usize, ids_from: u32) -> Result<usize> {
+pub(crate) fn check_low_words<K: Key>(n: usize, fanout: usize, names: RowNames) -> Result<usize> {
     if K::BITS != 64 {
         return Err(Error::InvalidArgument(format!(
             "a partition into low words takes 8-byte keys, not {}-byte ones",
@@ -81,7 +151,9 @@ pub(crate) fn check_low_words<K: Key>(n: usize, fanout: usize, ids_from: u32) ->
              {fanout}"
         )));
     }
-    if u64::from(ids_from) + n as u64 > 1 << 32 {
+    if let RowNames::Ids { from } = names
+        && u64::from(from) + n as u64 > 1 << 32
+    {
         return Err(Error::SizeOverflow(
             "row ids from the first one asked for pass 2^32",
         ));
@@ -100,9 +172,9 @@ impl LowWordsPartition for CpuBackend {
         keys: &Vec<K>,
         (fanout, seed): (usize, u32),
         window: u64,
-        ids_from: u32,
+        names: RowNames,
     ) -> Result<LowWords<Self>> {
-        let fanout = check_low_words::<K>(keys.len(), fanout, ids_from)?;
+        let fanout = check_low_words::<K>(keys.len(), fanout, names)?;
         let within_window = keys
             .par_iter()
             .with_min_len(PARALLEL_THRESHOLD)
@@ -112,25 +184,106 @@ impl LowWordsPartition for CpuBackend {
             .with_min_len(PARALLEL_THRESHOLD)
             .map(|k| k.to_u64() as u32)
             .collect();
-        let p = cpu_stable_partition(&low, &[], RowIds::U32, fanout, |k| {
-            hash_partition_of(k, seed, fanout as u32)
-        })?;
-        let row_ids = match p.row_ids {
-            Some(joinkit_cuda::Column::U32(mut ids)) => {
+        let digit = |k: u32| hash_partition_of(k, seed, fanout as u32);
+        let ids = match names {
+            RowNames::Ids { .. } => RowIds::U32,
+            RowNames::None | RowNames::Members => RowIds::None,
+        };
+        let members = match names {
+            RowNames::Members => Some(cpu_members(&low, fanout, digit)),
+            RowNames::None | RowNames::Ids { .. } => None,
+        };
+        let p = cpu_stable_partition(&low, &[], ids, fanout, digit)?;
+        let row_ids = match (p.row_ids, names) {
+            (Some(joinkit_cuda::Column::U32(mut ids)), RowNames::Ids { from }) => {
                 ids.par_iter_mut()
                     .with_min_len(PARALLEL_THRESHOLD)
-                    .for_each(|i| *i += ids_from);
-                ids
+                    .for_each(|i| *i += from);
+                Some(ids)
             }
+            (None, RowNames::None | RowNames::Members) => None,
             _ => return Err(Error::Corrupt("4-byte row ids asked for".into())),
         };
         Ok(LowWords {
             keys: p.keys,
             row_ids,
+            members,
             offsets: p.offsets,
             within_window,
         })
     }
+
+    fn member_row_ids(
+        &self,
+        members: &Vec<u32>,
+        runs: &[MemberRun],
+        rows: usize,
+    ) -> Result<Vec<u32>> {
+        check_member_runs(members.len(), runs)?;
+        let mut ids = joinkit_cuda::try_reserved(rows)?;
+        let mut at = 0;
+        for run in runs {
+            let words = &members[at..at + run.words];
+            at += run.words;
+            let first = run.first_id;
+            let set: Vec<u32> = words
+                .par_iter()
+                .enumerate()
+                .with_min_len(PARALLEL_THRESHOLD / 32)
+                .flat_map_iter(|(w, &word)| {
+                    set_bits(word).map(move |b| first.wrapping_add((w * 32 + b) as u32))
+                })
+                .collect();
+            ids.extend(set);
+        }
+        if ids.len() != rows {
+            return Err(Error::Corrupt(format!(
+                "membership bitmaps with {} rows where {rows} were received",
+                ids.len()
+            )));
+        }
+        Ok(ids)
+    }
+}
+
+/// The positions of `word`'s set bits, ascending.
+fn set_bits(mut word: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (word != 0).then(|| {
+            let b = word.trailing_zeros() as usize;
+            word &= word - 1;
+            b
+        })
+    })
+}
+
+/// [`LowWords::members`] of the low words `low` and their partitions by `digit`.
+fn cpu_members(low: &[u32], fanout: usize, digit: impl Fn(u32) -> usize + Sync) -> Vec<u32> {
+    let words = member_words(low.len());
+    let digits: Vec<u8> = low
+        .par_iter()
+        .with_min_len(PARALLEL_THRESHOLD)
+        .map(|&k| digit(k) as u8)
+        .collect();
+    let mut out = vec![0u32; fanout * words];
+    if words == 0 {
+        return out;
+    }
+    out.par_chunks_mut(words)
+        .enumerate()
+        .for_each(|(p, bitmap)| {
+            bitmap
+                .par_iter_mut()
+                .enumerate()
+                .with_min_len(PARALLEL_THRESHOLD / 32)
+                .for_each(|(w, word)| {
+                    *word = (digits[w * 32..digits.len().min(w * 32 + 32)].iter())
+                        .enumerate()
+                        .filter(|&(_, &d)| usize::from(d) == p)
+                        .fold(0, |acc, (b, _)| acc | 1 << b);
+                });
+        });
+    out
 }
 
 #[cfg(feature = "cuda")]
@@ -140,20 +293,32 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
         keys: &Self::Buf<K>,
         (fanout, seed): (usize, u32),
         window: u64,
-        ids_from: u32,
+        names: RowNames,
     ) -> Result<LowWords<Self>> {
+        use crate::cuda::RowNamesOut;
         let n = keys.len();
-        let fanout = check_low_words::<K>(n, fanout, ids_from)?;
+        let fanout = check_low_words::<K>(n, fanout, names)?;
         let mut keys_out = self.alloc::<u32>(n)?;
-        let mut row_ids = self.alloc::<u32>(n)?;
+        let (mut row_ids, mut members) = match names {
+            RowNames::None => (None, None),
+            RowNames::Ids { .. } => (Some(self.alloc::<u32>(n)?), None),
+            RowNames::Members => (None, Some(self.alloc::<u32>(fanout * member_words(n))?)),
+        };
         let mut offsets = self.alloc::<u64>(fanout + 1)?;
         let mut outside = self.upload(&[0u32])?;
+        let out = match (names, &mut row_ids, &mut members) {
+            (RowNames::Ids { from }, Some(ids), _) => RowNamesOut::Ids {
+                out: ids.view_mut(),
+                from,
+            },
+            (RowNames::Members, _, Some(m)) => RowNamesOut::Members(m.view_mut()),
+            _ => RowNamesOut::None,
+        };
         crate::cuda::hash_partition_low_words(
             self,
             &keys.view(),
             &mut keys_out.view_mut(),
-            &mut row_ids.view_mut(),
-            ids_from,
+            out,
             &mut offsets.view_mut(),
             (fanout, seed),
             (window, &mut outside.view_mut()),
@@ -163,9 +328,28 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
         Ok(LowWords {
             keys: keys_out,
             row_ids,
+            members,
             offsets,
             within_window,
         })
+    }
+
+    fn member_row_ids(
+        &self,
+        members: &Self::Buf<u32>,
+        runs: &[MemberRun],
+        rows: usize,
+    ) -> Result<Self::Buf<u32>> {
+        check_member_runs(members.len(), runs)?;
+        let mut ids = self.alloc::<u32>(rows)?;
+        crate::cuda::member_row_ids(
+            self,
+            &members.view(),
+            runs,
+            &mut ids.view_mut(),
+            &mut joinkit_cuda::Scratch::new(),
+        )?;
+        Ok(ids)
     }
 }
 

@@ -9,8 +9,8 @@ use std::ops::Range;
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key, hash};
 use joinkit_partition::{
     BucketChainPartition, Column, FlatPartitions, HashPartition, LowWords, LowWordsPartition,
-    MAX_LOW_WORDS_FANOUT, Partitioned, Partitioner, RadixPartition, RowIds, bucket_pool_buckets,
-    hash_partition_of,
+    MAX_LOW_WORDS_FANOUT, MemberRun, Partitioned, Partitioner, RadixPartition, RowIds, RowNames,
+    bucket_pool_buckets, hash_partition_of, member_words,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -409,55 +409,66 @@ fn hash_u64() {
     check_hash::<u64>("hash_u64");
 }
 
-/// A partition into low words checked against the naive one: offsets, and per partition the
-/// multiset of (low word, row id); the window's flag against every key. Returns the
-/// per-partition multisets, for comparing backends.
-fn check_low_words<B: Backend>(
+/// A partition into low words checked against the naive stable one: offsets, each partition's
+/// low words in input order, the rows named as asked (their ids; or each partition's
+/// membership bitmap, whose set bits give the ids back), and the window's flag against every
+/// key.
+fn check_low_words<B: LowWordsPartition>(
     b: &B,
     keys: &[u64],
     (fanout, seed): (usize, u32),
     window: u64,
-    ids_from: u32,
+    names: RowNames,
     out: &LowWords<B>,
-) -> Result<Vec<Vec<(u32, u32)>>, TestCaseError> {
+) -> Result<(), TestCaseError> {
     let low = |k: u64| k as u32;
-    let mut want = vec![Vec::new(); fanout];
-    for (i, &k) in keys.iter().enumerate() {
-        want[hash_partition_of(low(k), seed, fanout as u32)].push((low(k), ids_from + i as u32));
-    }
-    let (got_keys, got_ids) = (
-        b.download(&out.keys).unwrap(),
-        b.download(&out.row_ids).unwrap(),
-    );
     let offsets = b.download(&out.offsets).unwrap();
     prop_assert_eq!(offsets.len(), fanout + 1);
-    let mut got = Vec::with_capacity(fanout);
-    for (p, w) in want.iter_mut().enumerate() {
-        prop_assert_eq!(
-            offsets[p + 1] - offsets[p],
-            w.len() as u64,
-            "partition {}",
-            p
-        );
-        let range = offsets[p] as usize..offsets[p + 1] as usize;
-        let mut g: Vec<(u32, u32)> = got_keys[range.clone()]
-            .iter()
-            .copied()
-            .zip(got_ids[range].iter().copied())
+    let got_keys = b.download(&out.keys).unwrap();
+    let got_ids = out.row_ids.as_ref().map(|i| b.download(i).unwrap());
+    let got_members = out.members.as_ref().map(|m| b.download(m).unwrap());
+    prop_assert_eq!(got_ids.is_some(), matches!(names, RowNames::Ids { .. }));
+    prop_assert_eq!(got_members.is_some(), names == RowNames::Members);
+    let words = member_words(keys.len());
+    if let Some(m) = &got_members {
+        prop_assert_eq!(m.len(), fanout * words);
+    }
+    for p in 0..fanout {
+        let rows: Vec<usize> = (0..keys.len())
+            .filter(|&i| hash_partition_of(low(keys[i]), seed, fanout as u32) == p)
             .collect();
-        g.sort_unstable();
-        w.sort_unstable();
-        prop_assert_eq!(&g, w, "partition {}", p);
-        got.push(g);
+        let range = offsets[p] as usize..offsets[p + 1] as usize;
+        prop_assert_eq!(range.len(), rows.len(), "partition {}", p);
+        let want: Vec<u32> = rows.iter().map(|&i| low(keys[i])).collect();
+        prop_assert_eq!(&got_keys[range.clone()], &want[..], "partition {} keys", p);
+        if let (Some(ids), RowNames::Ids { from }) = (&got_ids, names) {
+            let want: Vec<u32> = rows.iter().map(|&i| from + i as u32).collect();
+            prop_assert_eq!(&ids[range.clone()], &want[..], "partition {} ids", p);
+        }
+        if let Some(m) = &got_members {
+            let bitmap = &m[p * words..(p + 1) * words];
+            let mut want = vec![0u32; words];
+            for &i in &rows {
+                want[i / 32] |= 1 << (i % 32);
+            }
+            prop_assert_eq!(bitmap, &want[..], "partition {} bitmap", p);
+            let run = [MemberRun { words, first_id: 9 }];
+            let ids = b
+                .member_row_ids(&b.upload(bitmap).unwrap(), &run, rows.len())
+                .unwrap();
+            let want: Vec<u32> = rows.iter().map(|&i| 9 + i as u32).collect();
+            prop_assert_eq!(b.download(&ids).unwrap(), want, "partition {} ids", p);
+        }
     }
     let inside = keys.iter().all(|&k| k.wrapping_sub(window) >> 32 == 0);
     prop_assert_eq!(out.within_window, inside);
-    Ok(got)
+    Ok(())
 }
 
 /// The partition into low words on both backends: keys of every shape, windows at the least
 /// key (every key inside where they span under 2^32), at a random place and at the top of the
-/// key space, fan-outs 1 to 16, ids from 0 and from a high base.
+/// key space, fan-outs 1 to 16, rows unnamed, named by ids from 0 and from a high base, or by
+/// membership bitmaps.
 #[test]
 fn low_words_partition_the_low_words_and_check_the_window() {
     let gpu = gpu("low_words_partition_the_low_words_and_check_the_window");
@@ -479,67 +490,157 @@ fn low_words_partition_the_low_words_and_check_the_window() {
         Just(MAX_LOW_WORDS_FANOUT),
         1usize..17
     ];
-    let ids_from = prop_oneof![Just(0u32), Just(1 << 31), any::<u32>().prop_map(|x| x >> 4)];
+    let from = prop_oneof![Just(0u32), Just(1 << 31), any::<u32>().prop_map(|x| x >> 4)];
+    let names = prop_oneof![
+        Just(RowNames::None),
+        Just(RowNames::Members),
+        from.prop_map(|from| RowNames::Ids { from }),
+    ];
     runner()
         .run(
-            &(keys, window, fanout, any::<u32>(), ids_from),
-            |(k, window, fanout, seed, ids_from)| {
+            &(keys, window, fanout, any::<u32>(), names),
+            |(k, window, fanout, seed, names)| {
                 let window = window.unwrap_or_else(|| k.iter().copied().min().unwrap_or(0));
                 let cpu = CpuBackend::new();
                 let by = (fanout, seed);
-                let out = cpu
-                    .hash_partition_low_words(&k, by, window, ids_from)
-                    .unwrap();
-                let want = check_low_words(&cpu, &k, by, window, ids_from, &out)?;
+                let out = cpu.hash_partition_low_words(&k, by, window, names).unwrap();
+                check_low_words(&cpu, &k, by, window, names, &out)?;
                 #[cfg(feature = "cuda")]
                 if let Some(g) = &gpu {
                     let dk = g.upload(&k).unwrap();
-                    let out = g
-                        .hash_partition_low_words(&dk, by, window, ids_from)
-                        .unwrap();
-                    let got = check_low_words(g, &k, by, window, ids_from, &out)?;
-                    prop_assert_eq!(got, want);
+                    let out = g.hash_partition_low_words(&dk, by, window, names).unwrap();
+                    check_low_words(g, &k, by, window, names, &out)?;
                 }
                 #[cfg(not(feature = "cuda"))]
-                let _ = (&gpu, want);
+                let _ = &gpu;
                 Ok(())
             },
         )
         .unwrap();
 }
 
-/// Bad arguments to the partition into low words: typed errors on both backends.
+/// Row ids from membership bitmaps of up to 16 senders laid end to end (empty ones, one word,
+/// words past a tile), against the set bits counted naively, on both backends.
+#[test]
+fn member_row_ids_are_the_set_bits_of_each_run_in_turn() {
+    let gpu = gpu("member_row_ids_are_the_set_bits_of_each_run_in_turn");
+    let word = prop_oneof![
+        Just(0u32),
+        Just(u32::MAX),
+        Just(1),
+        Just(1 << 31),
+        any::<u32>()
+    ];
+    let run = (
+        proptest::collection::vec(word, 0..3000),
+        prop_oneof![Just(0u32), any::<u32>().prop_map(|x| x >> 2)],
+    );
+    runner()
+        .run(
+            &proptest::collection::vec(run, 0..=MAX_LOW_WORDS_FANOUT),
+            |runs| {
+                let members: Vec<u32> = runs.iter().flat_map(|(w, _)| w.iter().copied()).collect();
+                let table: Vec<MemberRun> = (runs.iter())
+                    .map(|(w, first_id)| MemberRun {
+                        words: w.len(),
+                        first_id: *first_id,
+                    })
+                    .collect();
+                let mut want = Vec::new();
+                for (words, first) in &runs {
+                    for (w, &bits) in words.iter().enumerate() {
+                        for b in 0..32 {
+                            if bits >> b & 1 == 1 {
+                                want.push(first.wrapping_add((w * 32 + b) as u32));
+                            }
+                        }
+                    }
+                }
+                let cpu = CpuBackend::new();
+                let got = cpu.member_row_ids(&members, &table, want.len()).unwrap();
+                prop_assert_eq!(&got, &want);
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu {
+                    let mut out = g
+                        .member_row_ids(&g.upload(&members).unwrap(), &table, want.len())
+                        .unwrap();
+                    prop_assert_eq!(g.download(&out).unwrap(), want.clone());
+                    // Poisoned first: every id written.
+                    g.fill(&mut out, u32::MAX).unwrap();
+                    joinkit_partition::cuda::member_row_ids(
+                        g,
+                        &g.upload(&members).unwrap().view(),
+                        &table,
+                        &mut out.view_mut(),
+                        &mut joinkit_cuda::Scratch::new(),
+                    )
+                    .unwrap();
+                    prop_assert_eq!(g.download(&out).unwrap(), want);
+                }
+                #[cfg(not(feature = "cuda"))]
+                let _ = &gpu;
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// Bad arguments to the partition into low words and to the ids of its bitmaps: typed errors
+/// on both backends.
 fn low_words_errors<B: LowWordsPartition>(b: &B) {
     let wide = b.upload(&[1u64, 2, 3]).unwrap();
     let narrow = b.upload(&[1u32, 2, 3]).unwrap();
+    let ids = |from| RowNames::Ids { from };
     assert!(matches!(
-        b.hash_partition_low_words(&narrow, (2, 0), 0, 0),
+        b.hash_partition_low_words(&narrow, (2, 0), 0, ids(0)),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        b.hash_partition_low_words(&wide, (0, 0), 0, 0),
+        b.hash_partition_low_words(&wide, (0, 0), 0, RowNames::Members),
         Err(Error::EmptyInput(_))
     ));
     assert!(matches!(
-        b.hash_partition_low_words(&wide, (MAX_LOW_WORDS_FANOUT + 1, 0), 0, 0),
+        b.hash_partition_low_words(&wide, (MAX_LOW_WORDS_FANOUT + 1, 0), 0, ids(0)),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        b.hash_partition_low_words(&wide, (2, 0), 0, u32::MAX - 1),
+        b.hash_partition_low_words(&wide, (2, 0), 0, ids(u32::MAX - 1)),
         Err(Error::SizeOverflow(_))
     ));
     // The last ids that fit.
     let out = b
-        .hash_partition_low_words(&wide, (2, 0), 0, u32::MAX - 2)
+        .hash_partition_low_words(&wide, (2, 0), 0, ids(u32::MAX - 2))
         .unwrap();
-    let mut ids = b.download(&out.row_ids).unwrap();
-    ids.sort_unstable();
-    assert_eq!(ids, [u32::MAX - 2, u32::MAX - 1, u32::MAX]);
+    let mut got = b.download(out.row_ids.as_ref().unwrap()).unwrap();
+    got.sort_unstable();
+    assert_eq!(got, [u32::MAX - 2, u32::MAX - 1, u32::MAX]);
+    let bitmap = b.upload(&[0b101u32, 1]).unwrap();
+    let run = |words| MemberRun { words, first_id: 0 };
+    assert!(matches!(
+        b.member_row_ids(&bitmap, &[run(1)], 2),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(matches!(
+        b.member_row_ids(&bitmap, &[run(1), run(1), run(0)].repeat(6), 3),
+        Err(Error::InvalidArgument(_))
+    ));
+    let got = b.member_row_ids(&bitmap, &[run(1), run(1)], 3).unwrap();
+    assert_eq!(b.download(&got).unwrap(), [0, 2, 0]);
 }
 
 #[test]
 fn low_words_bad_input_is_a_typed_error() {
-    low_words_errors(&CpuBackend::new());
+    let cpu = CpuBackend::new();
+    low_words_errors(&cpu);
+    // The CPU counts the bits it finds against the rows it was told of.
+    let one = MemberRun {
+        words: 1,
+        first_id: 0,
+    };
+    assert!(matches!(
+        cpu.member_row_ids(&vec![0b11], &[one], 3),
+        Err(Error::Corrupt(_))
+    ));
     #[cfg(feature = "cuda")]
     if let Some(g) = gpu("low_words_bad_input_is_a_typed_error") {
         low_words_errors(&g);
@@ -1131,7 +1232,8 @@ mod large {
 
     /// The partition into low words over many tiles and chunks: the rows of Gao's shape (dense
     /// keys above 2^32, so the low words differ from the keys), one key past the window in the
-    /// last partial tile or none, against the CPU twin's partitions.
+    /// last partial tile or none, equal to the CPU twin's (the partition is stable): keys and
+    /// ids, keys and membership bitmaps, and the ids those give back.
     #[test]
     fn low_words_large_equals_cpu() {
         let Some(g) = gpu("low_words_large_equals_cpu") else {
@@ -1148,42 +1250,37 @@ mod large {
                 keys[n - 2] = base - 1;
             }
             let by = (fanout, 3);
-            let dev = g
-                .hash_partition_low_words(&g.upload(&keys).unwrap(), by, base, 7)
-                .unwrap();
-            let want = cpu.hash_partition_low_words(&keys, by, base, 7).unwrap();
-            assert_eq!(dev.within_window, !outlier);
-            assert_eq!(want.within_window, !outlier);
-            let set = |b: &dyn Fn() -> (Vec<u32>, Vec<u32>, Vec<u64>)| {
-                let (k, ids, off) = b();
-                (0..fanout)
-                    .map(|p| {
-                        let r = off[p] as usize..off[p + 1] as usize;
-                        let mut v: Vec<(u32, u32)> = k[r.clone()]
-                            .iter()
-                            .copied()
-                            .zip(ids[r].iter().copied())
-                            .collect();
-                        v.sort_unstable();
-                        v
-                    })
-                    .collect::<Vec<_>>()
-            };
-            let dev_parts = set(&|| {
-                (
-                    g.download(&dev.keys).unwrap(),
-                    g.download(&dev.row_ids).unwrap(),
-                    g.download(&dev.offsets).unwrap(),
-                )
-            });
-            let want_parts = set(&|| {
-                (
-                    want.keys.clone(),
-                    want.row_ids.clone(),
-                    want.offsets.clone(),
-                )
-            });
-            assert!(dev_parts == want_parts, "{n} rows, fan-out {fanout}");
+            let dk = g.upload(&keys).unwrap();
+            for names in [RowNames::Ids { from: 7 }, RowNames::Members] {
+                let dev = g.hash_partition_low_words(&dk, by, base, names).unwrap();
+                let want = cpu
+                    .hash_partition_low_words(&keys, by, base, names)
+                    .unwrap();
+                let case = format!("{n} rows, fan-out {fanout}, {names:?}");
+                assert_eq!(dev.within_window, !outlier, "{case}");
+                assert_eq!(want.within_window, !outlier, "{case}");
+                assert_eq!(g.download(&dev.offsets).unwrap(), want.offsets, "{case}");
+                assert!(g.download(&dev.keys).unwrap() == want.keys, "{case}");
+                let ids = dev.row_ids.as_ref().map(|i| g.download(i).unwrap());
+                assert!(ids == want.row_ids, "{case}");
+                let members = dev.members.as_ref().map(|m| g.download(m).unwrap());
+                assert!(members == want.members, "{case}");
+                if let Some(m) = &dev.members {
+                    // Partition 1's rows named again from its bitmap, as a receiver does.
+                    let words = member_words(n);
+                    let rows = (want.offsets[2] - want.offsets[1]) as usize;
+                    let mut one = g.alloc::<u32>(words).unwrap();
+                    g.copy_range_into(m, words..2 * words, &mut one, 0).unwrap();
+                    let run = [MemberRun { words, first_id: 0 }];
+                    let got = g.member_row_ids(&one, &run, rows).unwrap();
+                    let want_ids: Vec<u32> = (0..n as u32)
+                        .filter(|&i| {
+                            hash_partition_of(keys[i as usize] as u32, 3, fanout as u32) == 1
+                        })
+                        .collect();
+                    assert!(g.download(&got).unwrap() == want_ids, "{case}");
+                }
+            }
         }
     }
 

@@ -232,6 +232,15 @@ pub trait Communicator: Send + Sized {
         self.all_to_all_v(backend, send, send_counts)
     }
 
+    /// Whether [`Communicator::all_to_all_v_any_order`] and
+    /// [`Communicator::all_to_all_v_columns`] deliver every rank's rows together and in rank
+    /// order, as [`Communicator::all_to_all_v`] does (the default). A caller that needs rank
+    /// order loses nothing asking for it then; where not (NCCL cuts every rank's rows for
+    /// aligned transfers), rank order costs the transport's unaligned rate.
+    fn any_order_is_rank_order(&self) -> bool {
+        true
+    }
+
     /// [`Communicator::all_to_all_v_any_order`] of the columns of one table at once: the rows
     /// of every column go alike (`send_counts` of each to each rank), and come back in order,
     /// row-aligned with each other. A transport may exchange the counts and agree on the

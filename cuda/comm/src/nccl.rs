@@ -989,6 +989,10 @@ impl Communicator for NcclComm {
         one_column("all_to_all_v", moved)
     }
 
+    fn any_order_is_rank_order(&self) -> bool {
+        false
+    }
+
     fn all_to_all_v_columns(
         &self,
         backend: &CudaBackend,

@@ -8,7 +8,9 @@ use joinkit::{
 use joinkit_codec::Codec;
 use joinkit_comm::Communicator;
 use joinkit_cuda::{Backend, Buffer, Column, Error, Key, Result, map_column};
-use joinkit_partition::{HashPartition, LowWordsPartition, MAX_LOW_WORDS_FANOUT};
+use joinkit_partition::{
+    HashPartition, LowWordsPartition, MAX_LOW_WORDS_FANOUT, MemberRun, RowNames, member_words,
+};
 
 use crate::pipeline::{Clock, Piped, Pipeline, SideStream, add_stats, probes_partitioned};
 use crate::shuffle::{
@@ -16,7 +18,7 @@ use crate::shuffle::{
 };
 use crate::skew::{heavy_keys, split_heavy};
 use crate::stats::Span;
-use crate::wire::{Arrival, Level, Links, Pattern, Traffic, move_table, plan_wire};
+use crate::wire::{Arrival, Level, Links, Pattern, Traffic, Wire, move_table, plan_wire};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
     pipeline,
@@ -32,12 +34,14 @@ enum Moved<B: JoinBackend, K: Key> {
     Local(Materialized<B>, JoinStats, (usize, usize)),
 }
 
-/// Tables that a second stream moves while the first computes. Whichever way the join leaves,
-/// both streams are waited for before any of them is freed: the other stream may still read
-/// or write it, and freed memory goes to the next allocation on the stream that freed it.
+/// Tables (and membership bitmaps) that a second stream moves while the first computes.
+/// Whichever way the join leaves, both streams are waited for before any of them is freed: the
+/// other stream may still read or write it, and freed memory goes to the next allocation on the
+/// stream that freed it.
 struct InFlight<'s, B: Backend, K: Key> {
     streams: [&'s B; 2],
     tables: Vec<Table<B, K>>,
+    bitmaps: Vec<B::Buf<u32>>,
 }
 
 impl<B: Backend, K: Key> Drop for InFlight<'_, B, K> {
@@ -313,6 +317,7 @@ where
                         right: Some(right),
                         window,
                         ids,
+                        bitmaps: opts.id_bitmaps && comm.any_order_is_rank_order(),
                     });
                     match spread(comm, b, inputs, opts, clock, &sizes)? {
                         Spread::Joined(out, stats) => return Ok((out, *stats)),
@@ -515,6 +520,9 @@ struct LowWordSides<B: Backend, K: Key> {
     right: Option<Table<B, K>>,
     window: u64,
     ids: RowIdsToMake,
+    /// Whether the ids go as membership bitmaps ([`DistributedOptions::id_bitmaps`], where
+    /// the communicator keeps rank order).
+    bitmaps: bool,
 }
 
 /// The side a partition by rank is asked for.
@@ -533,17 +541,33 @@ impl Side {
     }
 }
 
-/// A side's rows grouped by rank with the rows for each; `None` where the ranks found keys
-/// outside the window they were narrowed into.
-type Grouped<B, K> = Option<(Table<B, K>, Vec<usize>)>;
+/// A side's rows grouped by rank: the table, the rows for each rank, and, where the rows are
+/// named by membership bitmaps instead of an id column ([`RowNames::Members`]), those.
+struct GroupedSide<B: Backend, K: Key> {
+    table: Table<B, K>,
+    counts: Vec<usize>,
+    members: Option<Members<B>>,
+}
+
+/// A side's membership bitmaps: one a rank, rank 0's first, each of `words` words; and the id
+/// of each rank's row 0, which a receiver adds to the positions of the bits it gets.
+struct Members<B: Backend> {
+    bitmaps: B::Buf<u32>,
+    words: usize,
+    first_ids: Vec<u32>,
+}
+
+/// A side grouped by rank; `None` where the ranks found keys outside the window they were
+/// narrowed into.
+type Grouped<B, K> = Option<GroupedSide<B, K>>;
 
 /// What groups a side's rows by rank for [`beside`].
 type ByRank<'a, B, K> = dyn FnMut(&mut Clock, Side) -> Result<Grouped<B, K>> + 'a;
 
 impl<B: DistributedBackend, K: Key> LowWordSides<B, K> {
-    /// One side grouped by rank, its keys narrowed and its rows numbered in one pass; every rank
-    /// learns whether every rank's keys lay in the window. The 8-byte keys go once both sides'
-    /// did.
+    /// One side grouped by rank, its keys narrowed and its rows named by ids or membership
+    /// bitmaps in one pass (a right side without ids: not named); every rank learns whether
+    /// every rank's keys lay in the window. The 8-byte keys go once both sides' did.
     fn partition<C: Communicator<Backend = B>>(
         &mut self,
         comm: &C,
@@ -551,27 +575,43 @@ impl<B: DistributedBackend, K: Key> LowWordSides<B, K> {
         clock: &mut Clock,
         side: Side,
     ) -> Result<Grouped<B, u32>> {
-        let (table, with_ids) = match side {
+        let (table, named) = match side {
             Side::Right => (&self.right, self.ids.right),
             Side::Left => (&self.left, true),
         };
         let table = table
             .as_ref()
             .ok_or_else(|| Error::Corrupt("a side partitioned twice".into()))?;
-        let first = u32::try_from(self.ids.first(comm.rank()))
+        let ranks = comm.size();
+        let first_ids = (0..ranks)
+            .map(|r| u32::try_from(self.ids.first(r)))
+            .collect::<std::result::Result<Vec<u32>, _>>()
             .map_err(|_| Error::SizeOverflow("4-byte row ids"))?;
-        let by = (comm.size(), SHUFFLE_SEED);
+        let names = match (named, self.bitmaps) {
+            (true, true) => RowNames::Members,
+            (true, false) => RowNames::Ids {
+                from: first_ids[comm.rank()],
+            },
+            (false, _) => RowNames::None,
+        };
+        let by = (ranks, SHUFFLE_SEED);
         let grouped = clock.phase(b, "partition", || {
             let mut kept = None;
             let inside = (|| {
-                let p = b.hash_partition_low_words(&table.keys, by, self.window, first)?;
+                let p = b.hash_partition_low_words(&table.keys, by, self.window, names)?;
                 let counts = counts_of(&b.download(&p.offsets)?)?;
                 let inside = u64::from(p.within_window);
-                let ids = match with_ids {
-                    true => vec![Column::U32(p.row_ids)],
-                    false => Vec::new(),
-                };
-                kept = Some((Table::new(p.keys, ids)?, counts));
+                let members = p.members.map(|bitmaps| Members {
+                    bitmaps,
+                    words: member_words(table.keys.len()),
+                    first_ids,
+                });
+                let ids = p.row_ids.map(Column::U32).into_iter().collect();
+                kept = Some(GroupedSide {
+                    table: Table::new(p.keys, ids)?,
+                    counts,
+                    members,
+                });
                 Ok(vec![inside])
             })();
             let all = settle_gather(comm, side.partitioning(), 1, inside)?;
@@ -618,6 +658,114 @@ fn bytes_away(rank: usize, counts: &[usize], width: usize) -> u64 {
         .sum()
 }
 
+/// Bytes a side grouped by rank sends to the other ranks: its rows, and its membership bitmaps.
+fn grouped_bytes_away<C: Communicator, K: Key>(comm: &C, g: &GroupedSide<C::Backend, K>) -> u64 {
+    let bitmaps = (g.members.as_ref()).map_or(0, |m| {
+        (m.words * size_of::<u32>() * (comm.size() - 1)) as u64
+    });
+    bytes_away(comm.rank(), &g.counts, row_bytes(&g.table)) + bitmaps
+}
+
+/// Where a side's rows came named by membership bitmaps: the received bitmaps (in
+/// [`InFlight::bitmaps`]) and each sender's run of them.
+struct Naming {
+    bitmaps: usize,
+    runs: Vec<MemberRun>,
+}
+
+/// A side's rows as they arrived: the table, and where its rows came named by membership
+/// bitmaps, those.
+type Arrived<B, K> = (Table<B, K>, Option<Naming>);
+
+/// Moves a side grouped by rank to its ranks on `cb`, by [`shuffle_side`]; where its rows are
+/// named by membership bitmaps, its keys in rank order and then the bitmaps, which name the
+/// rows received in the order they came ([`name_rows`]): a bit a row for each rank instead of
+/// a 4-byte id. What the transfers read and write stays in `flight`. Returns the rows received
+/// and, where they came named by bitmaps, those.
+#[allow(clippy::too_many_arguments)] // the step's inputs and the records it adds to
+fn move_grouped<C, K>(
+    comm: &C,
+    cb: &C::Backend,
+    two: Option<&TwoLevel>,
+    flight: &mut InFlight<'_, C::Backend, K>,
+    g: GroupedSide<C::Backend, K>,
+    wire: &Wire,
+    traffic: &mut Traffic,
+    what: &'static str,
+) -> Result<Arrived<C::Backend, K>>
+where
+    C: Communicator,
+    C::Backend: DistributedBackend,
+    K: Key,
+{
+    let GroupedSide {
+        table,
+        counts,
+        members,
+    } = g;
+    let Some(m) = members else {
+        let got = shuffle_side(comm, cb, two, &table, &counts, wire, traffic, what);
+        flight.tables.push(table);
+        return got.map(|t| (t, None));
+    };
+    let ranks = comm.size();
+    let keys = settle(
+        comm,
+        what,
+        match two {
+            None => move_table(
+                comm,
+                cb,
+                &table,
+                (Pattern::AllToAll(&counts), Arrival::RankOrder),
+                wire,
+                traffic,
+            ),
+            Some(_) => Err(Error::Corrupt(
+                "membership bitmaps on a two-level shuffle".into(),
+            )),
+        },
+    );
+    flight.tables.push(table);
+    let keys = keys?;
+    let moved = comm.all_to_all_v(cb, &m.bitmaps, &vec![m.words; ranks]);
+    flight.bitmaps.push(m.bitmaps);
+    let (received, words) = settle(comm, "moving the membership bitmaps", moved)?;
+    flight.bitmaps.push(received);
+    let away = counts.iter().enumerate().filter(|&(p, _)| p != comm.rank());
+    let raw = away.map(|(_, &c)| (c * size_of::<u32>()) as u64).sum();
+    let sent = (m.words * size_of::<u32>() * (ranks - 1)) as u64;
+    traffic.add_members(wire.side, raw, sent);
+    let runs = (words.iter().zip(&m.first_ids))
+        .map(|(&words, &first_id)| MemberRun { words, first_id })
+        .collect();
+    let naming = Naming {
+        bitmaps: flight.bitmaps.len() - 1,
+        runs,
+    };
+    Ok((keys, Some(naming)))
+}
+
+/// Puts the ids of `table`'s rows beside its keys where they came named by membership bitmaps
+/// (`naming`, into `bitmaps`), decoded on `b`, which has waited for them: on the stream that
+/// joins next rather than the one that moved them, whose kernels would wait for the join's to
+/// leave SMs free.
+fn name_rows<B: DistributedBackend, K: Key>(
+    b: &B,
+    table: &mut Table<B, K>,
+    bitmaps: &[B::Buf<u32>],
+    naming: Option<&Naming>,
+) -> Result<()> {
+    let Some(n) = naming else {
+        return Ok(());
+    };
+    let members = (bitmaps.get(n.bitmaps))
+        .ok_or_else(|| Error::Corrupt("membership bitmaps went missing".into()))?;
+    let ids = b.member_row_ids(members, &n.runs, table.len())?;
+    table.payloads.push(Column::U32(ids));
+    Ok(())
+}
+
 /// What the shuffles beside the computing leave: the local join's output and statistics, the
 /// rows it joined of each side, and the bytes of rows sent.
 struct Beside<B: Backend> {
@@ -653,6 +801,7 @@ where
     let mut flight = InFlight {
         streams: [b, &cb],
         tables: Vec::with_capacity(4),
+        bitmaps: Vec::new(),
     };
     let level = match two {
         Some(_) => Level::AcrossNodes,
@@ -667,23 +816,26 @@ where
     // Each shuffle's start (host time) and marks on the communication stream around it;
     // a mark's failure is said at the local join's agreement.
     let mut shuffled = Vec::new();
-    let mut shuffle = |clock: &mut Clock, t: &Table<C::Backend, K>, counts: &[usize], w, what| {
+    let mut shuffle = |clock: &mut Clock,
+                       flight: &mut InFlight<'_, C::Backend, K>,
+                       g: GroupedSide<C::Backend, K>,
+                       w,
+                       what| {
         let start_ms = clock.now();
         let from = cb.mark();
-        let got = shuffle_side(comm, &cb, two, t, counts, w, traffic, what)?;
+        let got = move_grouped(comm, &cb, two, flight, g, w, traffic, what)?;
         shuffled.push((start_ms, from, cb.mark()));
         Ok::<_, Error>(got)
     };
-    let Some((right, right_counts)) = by_rank(clock, Side::Right)? else {
+    let Some(right) = by_rank(clock, Side::Right)? else {
         return Ok(None);
     };
-    let mut bytes_sent = bytes_away(comm.rank(), &right_counts, row_bytes(&right));
-    flight.tables.push(right);
-    let w = wire(clock, &flight.tables[0], "right")?;
-    let what = "shuffling the right side";
-    let right_in = shuffle(clock, &flight.tables[0], &right_counts, &w, what)?;
+    let mut bytes_sent = grouped_bytes_away(comm, &right);
+    let w = wire(clock, &right.table, "right")?;
+    let (right_in, right_names) =
+        shuffle(clock, &mut flight, right, &w, "shuffling the right side")?;
     flight.tables.push(right_in);
-    let Some((left, left_counts)) = by_rank(clock, Side::Left)? else {
+    let Some(left) = by_rank(clock, Side::Left)? else {
         // The right side's transfers may still read and write this rank's buffers, some on
         // other ranks' streams: every rank waits for its own, then for the others, before the
         // buffers are freed.
@@ -691,16 +843,19 @@ where
         settle(comm, "abandoning the right side's shuffle", moved)?;
         return Ok(None);
     };
-    bytes_sent += bytes_away(comm.rank(), &left_counts, row_bytes(&left));
-    flight.tables.push(left);
-    let w = wire(clock, &flight.tables[2], "left")?;
-    let what = "shuffling the left side";
-    let left_in = shuffle(clock, &flight.tables[2], &left_counts, &w, what)?;
+    bytes_sent += grouped_bytes_away(comm, &left);
+    let w = wire(clock, &left.table, "left")?;
+    let (left_in, left_names) = shuffle(clock, &mut flight, left, &w, "shuffling the left side")?;
     flight.tables.push(left_in);
     let moved: Result<Vec<_>> = (shuffled.into_iter())
         .map(|(start_ms, from, to)| Ok((start_ms, from?, to?)))
         .collect();
-    let (right_in, left_in) = (&flight.tables[1], &flight.tables[3]);
+    let InFlight {
+        tables, bitmaps, ..
+    } = &mut flight;
+    let [_, right_in, _, left_in] = &mut tables[..] else {
+        return Err(Error::Corrupt("two sides sent, two received".into()));
+    };
     let (out, local, shuffle_ms) = clock.phase(b, "local join", || {
         let joined = (|| {
             let moved = moved.as_ref().map_err(Clone::clone)?;
@@ -708,16 +863,20 @@ where
                 return Err(Error::Corrupt("two shuffles, two marks".into()));
             };
             b.wait_for(right_moved)?;
+            name_rows(b, right_in, bitmaps, right_names.as_ref())?;
+            let right_in = &*right_in;
             let (out, stats) = if probes_partitioned(&opts.join, right_in.len(), partitionable) {
                 let probe = PartitionedProbe::build(b, right_in, &opts.join)?;
                 let mut stats = Some(probe.build_stats().clone());
                 b.wait_for(left_moved)?;
+                name_rows(b, left_in, bitmaps, left_names.as_ref())?;
                 let (out, probed) = probe.probe_columns(left_in)?;
                 add_stats(&mut stats, probed);
                 let stats = stats.ok_or_else(|| Error::Corrupt("no local join ran".into()))?;
                 (out, stats)
             } else {
                 b.wait_for(left_moved)?;
+                name_rows(b, left_in, bitmaps, left_names.as_ref())?;
                 join_columns(b, left_in, right_in, &opts.join)?
             };
             let shuffle_ms = (moved.iter())
@@ -880,7 +1039,12 @@ where
                 Side::Left => sides.0.take(),
             };
             let table = table.ok_or_else(|| Error::Corrupt("a side partitioned twice".into()))?;
-            by_rank(clock, table, side.partitioning()).map(Some)
+            let (table, counts) = by_rank(clock, table, side.partitioning())?;
+            Ok(Some(GroupedSide {
+                table,
+                counts,
+                members: None,
+            }))
         };
         let done = beside(
             comm,

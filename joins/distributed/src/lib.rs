@@ -192,6 +192,8 @@ pub struct DistributedOptions {
     /// while the next is in flight (1: shuffle it whole, then join). See
     /// [`DistributedOptions::pipeline_chunks`].
     pub pipeline_chunks: usize,
+    /// Row ids sent as membership bitmaps. See [`DistributedOptions::id_bitmaps`].
+    pub id_bitmaps: bool,
 }
 
 impl DistributedOptions {
@@ -207,6 +209,7 @@ impl DistributedOptions {
             gather_to_root: false,
             compress: Compression::Off,
             pipeline_chunks: 1,
+            id_bitmaps: false,
         }
     }
 
@@ -255,6 +258,24 @@ impl DistributedOptions {
     /// [`Error::InvalidArgument`] on every rank.
     pub fn pipeline_chunks(mut self, chunks: usize) -> Self {
         self.pipeline_chunks = chunks;
+        self
+    }
+
+    /// Where [`distributed_join_rows`]' partition by rank narrows the keys and names the rows
+    /// (`DistributedStats::narrowed_by_partition`), send each side's row ids to each rank as
+    /// one bit a row of a membership bitmap (`joinkit_partition::RowNames::Members`) instead of
+    /// a 4-byte id a row beside the key, the receivers rebuilding the ids on their compute
+    /// stream before their local join. Only where the communicator's exchanges keep rank order
+    /// ([`Communicator::any_order_is_rank_order`]: the copy engines', in-process ranks'; not
+    /// NCCL's, which sends ids as ever). It halves the bytes a rank sends at Gao's shape and
+    /// pays where the shuffle holds the local join up: on 4 H200s over NVLink 20.1 against
+    /// 20.6 ms, on 2, where the join hides most of the shuffle, 18.5 against 17.9 (the
+    /// rebuilding costs more than the wait it removes; docs/results/distributed.md). Off by
+    /// default.
+    ///
+    /// [`Communicator::any_order_is_rank_order`]: joinkit_comm::Communicator::any_order_is_rank_order
+    pub fn id_bitmaps(mut self, on: bool) -> Self {
+        self.id_bitmaps = on;
         self
     }
 }

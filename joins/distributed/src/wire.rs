@@ -392,6 +392,20 @@ impl Traffic {
             }),
         }
     }
+
+    /// The row ids of `side` sent as membership bitmaps (payload column 0): `raw_bytes` the ids
+    /// would have taken to the other ranks, `sent_bytes` the bitmaps did.
+    pub(crate) fn add_members(&mut self, side: &'static str, raw_bytes: u64, sent_bytes: u64) {
+        self.columns.push(ColumnTraffic {
+            side,
+            column: 1,
+            level: Level::AllToAll,
+            scheme: Some("membership bitmap".into()),
+            estimated_ratio: 1.0,
+            raw_bytes,
+            sent_bytes,
+        });
+    }
 }
 
 /// Whether a moved table's rows must arrive grouped by sender in rank order (a step that

@@ -41,6 +41,8 @@ struct Case<K> {
     compress: Compression,
     /// Chunks of the pipelined probe shuffle (1: blocking).
     chunks: usize,
+    /// Row ids sent as membership bitmaps where the partition by rank narrows the keys.
+    id_bitmaps: bool,
 }
 
 /// Keys with duplicates on both sides, no matches, one heavy key, the extremes.
@@ -119,7 +121,7 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
         prop_oneof![Just(Skew::Off), Just(Skew::Replicate { load: 0.25 })],
         any::<bool>(),
         any::<bool>(),
-        (compression(), 1usize..=7),
+        (compression(), 1usize..=7, any::<bool>()),
     )
         .prop_flat_map(
             |(
@@ -132,7 +134,7 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
                 skew,
                 columns,
                 root,
-                (compress, chunks),
+                (compress, chunks, id_bitmaps),
             )| {
                 let (l, r) = (left.len(), right.len());
                 (spread(l, ranks), spread(r, ranks)).prop_map(move |(left_ranks, right_ranks)| {
@@ -151,6 +153,7 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
                         gather_to_root: root,
                         compress,
                         chunks,
+                        id_bitmaps,
                     }
                 })
             },
@@ -249,6 +252,7 @@ fn options<K>(c: &Case<K>) -> DistributedOptions {
         .gather_to_root(c.gather_to_root)
         .compress(c.compress)
         .pipeline_chunks(c.chunks)
+        .id_bitmaps(c.id_bitmaps)
 }
 
 /// One rank's part of case `c`: its output as rows (as [`expected`] writes them) and its
@@ -367,9 +371,10 @@ fn check_case<B: DistributedBackend, K: Key>(
     stats
 }
 
-/// Cases of the rows path whose partition by rank narrows the 8-byte keys and writes the row
-/// ids ([`joinkit_partition::LowWordsPartition`]): blocking, partitioned, one-level; every kind,
-/// algorithm and skew setting; keys moved above 2^32 so that their low words differ from them.
+/// Cases of the rows path whose partition by rank narrows the 8-byte keys and names the rows
+/// ([`joinkit_partition::LowWordsPartition`]; by ids or membership bitmaps): blocking,
+/// partitioned, one-level; every kind, algorithm and skew setting; keys moved above 2^32 so that
+/// their low words differ from them.
 fn low_word_case() -> impl Strategy<Value = Case<u64>> {
     case::<u64>().prop_map(|mut c| {
         let base = 5u64 << 32;
@@ -384,14 +389,27 @@ fn low_word_case() -> impl Strategy<Value = Case<u64>> {
     })
 }
 
-/// Checks a case of [`low_word_case`] on backends from `open`: the reference's rows, and keys
+/// Checks a case of [`low_word_case`] on backends from `open`: the reference's rows, keys
 /// narrowed by the partition by rank on every rank wherever no heavy key sent the join the
-/// tables' way.
+/// tables' way, and there the row ids sent as membership bitmaps where the case asks (the right
+/// side's where the output has right rows).
 fn check_low_word_case<B: DistributedBackend>(c: &Case<u64>, open: &(dyn Fn() -> B + Sync)) {
     for s in check_case(c, open) {
         if c.ranks > 1 {
             assert!(s.narrowed_keys, "{c:?}");
             assert!(s.narrowed_by_partition || s.heavy_keys > 0, "{c:?}");
+        }
+        if s.narrowed_by_partition {
+            let named = |side| {
+                (s.traffic.iter())
+                    .any(|t| t.side == side && t.scheme.as_deref() == Some("membership bitmap"))
+            };
+            assert_eq!(named("left"), c.id_bitmaps, "{c:?}");
+            assert_eq!(
+                named("right"),
+                c.id_bitmaps && c.kind.has_right_rows(),
+                "{c:?}"
+            );
         }
     }
 }
@@ -429,6 +447,7 @@ fn check_a_key_the_look_missed<B: DistributedBackend>(
         gather_to_root: false,
         compress: Compression::Off,
         chunks: 1,
+        id_bitmaps: true,
     };
     for s in check_case(&c, open) {
         let narrowed = outlier.is_none();
@@ -693,6 +712,7 @@ fn a_heavy_key_is_replicated_and_balances_the_ranks() {
             gather_to_root: false,
             compress: Compression::Off,
             chunks: 1,
+            id_bitmaps: false,
         };
         check_case(&c, &|| CpuBackend::new());
         let (_, stats) = run_case(&c, &|| CpuBackend::new());
