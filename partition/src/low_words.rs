@@ -27,7 +27,8 @@ pub enum RowNames {
     /// One bit a row and partition ([`LowWords::members`]) instead of a 4-byte id a row: the
     /// partition is stable, so a partition's rows are its bitmap's set bits in order, and a
     /// receiver rebuilds their ids with [`LowWordsPartition::member_row_ids`]. A distributed
-    /// join's shuffle then moves `fanout` bits a row for the ids instead of 32 to each rank.
+    /// join's shuffle then sends each rank one bit for every row of the sender instead of 32
+    /// bits for every row that goes there.
     Members,
 }
 
@@ -70,8 +71,8 @@ pub fn member_words(rows: usize) -> usize {
 pub struct MemberRun {
     /// [`member_words`] of the sender's input rows.
     pub words: usize,
-    /// The id of the sender's row 0; row `i` becomes `first_id + i` (the sender checked that
-    /// its ids fit 32 bits).
+    /// The id of the sender's row 0; row `i` becomes `first_id + i`, wrapping at 2^32 (the
+    /// caller keeps ids within 32 bits, as the distributed join's packed ids are).
     pub first_id: u32,
 }
 
@@ -110,7 +111,8 @@ pub trait LowWordsPartition: Backend {
     /// [`Error::LengthMismatch`] when the runs' words are not `members`' length;
     /// [`Error::InvalidArgument`] for more than [`MAX_LOW_WORDS_FANOUT`] runs; on the CPU,
     /// [`Error::Corrupt`] when other than `rows` bits are set (the CUDA backend, which does not
-    /// wait for its kernels, writes at most `rows` ids); allocation and driver errors.
+    /// wait for its kernels, writes at most `rows` ids, and where fewer bits are set leaves the
+    /// output's end unwritten); allocation and driver errors.
     fn member_row_ids(
         &self,
         members: &Self::Buf<u32>,
@@ -306,13 +308,16 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
         };
         let mut offsets = self.alloc::<u64>(fanout + 1)?;
         let mut outside = self.upload(&[0u32])?;
-        let out = match (names, &mut row_ids, &mut members) {
-            (RowNames::Ids { from }, Some(ids), _) => RowNamesOut::Ids {
-                out: ids.view_mut(),
+        let lost = || Error::Corrupt("a partition's names went missing".into());
+        let out = match names {
+            RowNames::None => RowNamesOut::None,
+            RowNames::Ids { from } => RowNamesOut::Ids {
+                out: row_ids.as_mut().ok_or_else(lost)?.view_mut(),
                 from,
             },
-            (RowNames::Members, _, Some(m)) => RowNamesOut::Members(m.view_mut()),
-            _ => RowNamesOut::None,
+            RowNames::Members => {
+                RowNamesOut::Members(members.as_mut().ok_or_else(lost)?.view_mut())
+            }
         };
         crate::cuda::hash_partition_low_words(
             self,

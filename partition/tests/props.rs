@@ -520,7 +520,8 @@ fn low_words_partition_the_low_words_and_check_the_window() {
 }
 
 /// Row ids from membership bitmaps of up to 16 senders laid end to end (empty ones, one word,
-/// words past a tile), against the set bits counted naively, on both backends.
+/// words past a tile), against the set bits counted naively, on both backends (on CUDA also
+/// into a poisoned output and into one shorter than the set bits).
 #[test]
 fn member_row_ids_are_the_set_bits_of_each_run_in_turn() {
     let gpu = gpu("member_row_ids_are_the_set_bits_of_each_run_in_turn");
@@ -575,7 +576,18 @@ fn member_row_ids_are_the_set_bits_of_each_run_in_turn() {
                         &mut joinkit_cuda::Scratch::new(),
                     )
                     .unwrap();
-                    prop_assert_eq!(g.download(&out).unwrap(), want);
+                    prop_assert_eq!(g.download(&out).unwrap(), want.clone());
+                    // An output shorter than the set bits takes their first ids.
+                    let mut short = g.alloc::<u32>(want.len() / 2).unwrap();
+                    joinkit_partition::cuda::member_row_ids(
+                        g,
+                        &g.upload(&members).unwrap().view(),
+                        &table,
+                        &mut short.view_mut(),
+                        &mut joinkit_cuda::Scratch::new(),
+                    )
+                    .unwrap();
+                    prop_assert_eq!(g.download(&short).unwrap(), want[..want.len() / 2].to_vec());
                 }
                 #[cfg(not(feature = "cuda"))]
                 let _ = &gpu;
@@ -1241,7 +1253,13 @@ mod large {
         };
         let cpu = CpuBackend::new();
         let base = 5u64 << 32;
-        for (n, fanout, outlier) in [(N + 5, 2usize, false), (N + 5, 2, true), (N - 3, 16, false)] {
+        let cases = [
+            (N + 5, 2usize, false),
+            (N + 5, 2, true),
+            (N - 3, 16, false),
+            (N + 7, 3, false),
+        ];
+        for (n, fanout, outlier) in cases {
             let mut keys: Vec<u64> = uniform::<u32>(n)
                 .into_iter()
                 .map(|k| base + u64::from(k))
@@ -1265,6 +1283,29 @@ mod large {
                 assert!(ids == want.row_ids, "{case}");
                 let members = dev.members.as_ref().map(|m| g.download(m).unwrap());
                 assert!(members == want.members, "{case}");
+                if let Some(want_members) = &want.members {
+                    // Into poisoned outputs through the view-level entry point: every word and
+                    // key written.
+                    let mut keys_out = g.alloc::<u32>(n).unwrap();
+                    g.fill(&mut keys_out, u32::MAX).unwrap();
+                    let mut bitmaps = g.alloc::<u32>(want_members.len()).unwrap();
+                    g.fill(&mut bitmaps, u32::MAX).unwrap();
+                    let mut offsets = g.alloc::<u64>(fanout + 1).unwrap();
+                    let mut outside = g.upload(&[0u32]).unwrap();
+                    joinkit_partition::cuda::hash_partition_low_words(
+                        &g,
+                        &dk.view(),
+                        &mut keys_out.view_mut(),
+                        joinkit_partition::cuda::RowNamesOut::Members(bitmaps.view_mut()),
+                        &mut offsets.view_mut(),
+                        by,
+                        (base, &mut outside.view_mut()),
+                        &mut joinkit_cuda::Scratch::new(),
+                    )
+                    .unwrap();
+                    assert!(g.download(&bitmaps).unwrap() == *want_members, "{case}");
+                    assert!(g.download(&keys_out).unwrap() == want.keys, "{case}");
+                }
                 if let Some(m) = &dev.members {
                     // Partition 1's rows named again from its bitmap, as a receiver does.
                     let words = member_words(n);

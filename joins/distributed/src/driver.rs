@@ -557,6 +557,13 @@ struct Members<B: Backend> {
     first_ids: Vec<u32>,
 }
 
+impl<B: Backend> Members<B> {
+    /// Bytes of bitmaps this rank sends to the other `ranks - 1`.
+    fn bytes_away(&self, ranks: usize) -> u64 {
+        (self.words * size_of::<u32>() * (ranks - 1)) as u64
+    }
+}
+
 /// A side grouped by rank; `None` where the ranks found keys outside the window they were
 /// narrowed into.
 type Grouped<B, K> = Option<GroupedSide<B, K>>;
@@ -660,9 +667,7 @@ fn bytes_away(rank: usize, counts: &[usize], width: usize) -> u64 {
 
 /// Bytes a side grouped by rank sends to the other ranks: its rows, and its membership bitmaps.
 fn grouped_bytes_away<C: Communicator, K: Key>(comm: &C, g: &GroupedSide<C::Backend, K>) -> u64 {
-    let bitmaps = (g.members.as_ref()).map_or(0, |m| {
-        (m.words * size_of::<u32>() * (comm.size() - 1)) as u64
-    });
+    let bitmaps = (g.members.as_ref()).map_or(0, |m| m.bytes_away(comm.size()));
     bytes_away(comm.rank(), &g.counts, row_bytes(&g.table)) + bitmaps
 }
 
@@ -729,12 +734,12 @@ where
     flight.tables.push(table);
     let keys = keys?;
     let moved = comm.all_to_all_v(cb, &m.bitmaps, &vec![m.words; ranks]);
+    let sent = m.bytes_away(ranks);
     flight.bitmaps.push(m.bitmaps);
     let (received, words) = settle(comm, "moving the membership bitmaps", moved)?;
     flight.bitmaps.push(received);
     let away = counts.iter().enumerate().filter(|&(p, _)| p != comm.rank());
     let raw = away.map(|(_, &c)| (c * size_of::<u32>()) as u64).sum();
-    let sent = (m.words * size_of::<u32>() * (ranks - 1)) as u64;
     traffic.add_members(wire.side, raw, sent);
     let runs = (words.iter().zip(&m.first_ids))
         .map(|(&words, &first_id)| MemberRun { words, first_id })
