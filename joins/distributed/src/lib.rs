@@ -267,8 +267,8 @@ impl DistributedOptions {
     /// a 4-byte id a row beside the key, the receivers rebuilding the ids on their compute
     /// stream before their local join. Only where the communicator's exchanges keep rank order
     /// ([`Communicator::any_order_is_rank_order`]: the copy engines', in-process ranks'; not
-    /// NCCL's, which sends ids as ever). It halves the bytes a rank sends at Gao's shape and
-    /// pays where the shuffle holds the local join up: on 4 H200s over NVLink 20.1 against
+    /// NCCL's, which sends ids as ever). A rank sends 44 % fewer bytes at Gao's shape on 4
+    /// ranks; it pays where the shuffle holds the local join up: on 4 H200s over NVLink 20.1 against
     /// 20.6 ms, on 2, where the join hides most of the shuffle, 18.5 against 17.9 (the
     /// rebuilding costs more than the wait it removes; docs/results/distributed.md). Off by
     /// default.
