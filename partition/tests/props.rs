@@ -562,31 +562,27 @@ fn member_row_ids_are_the_set_bits_of_each_run_in_turn() {
                 prop_assert_eq!(&got, &want);
                 #[cfg(feature = "cuda")]
                 if let Some(g) = &gpu {
-                    let mut out = g
-                        .member_row_ids(&g.upload(&members).unwrap(), &table, want.len())
-                        .unwrap();
+                    let dm = g.upload(&members).unwrap();
+                    let mut out = g.member_row_ids(&dm, &table, want.len()).unwrap();
                     prop_assert_eq!(g.download(&out).unwrap(), want.clone());
+                    // Through the view-level entry point, into a given output.
+                    let into = |out: &mut joinkit_cuda::DeviceBuffer<u32>| {
+                        joinkit_partition::cuda::member_row_ids(
+                            g,
+                            &dm.view(),
+                            &table,
+                            &mut out.view_mut(),
+                            &mut joinkit_cuda::Scratch::new(),
+                        )
+                        .unwrap()
+                    };
                     // Poisoned first: every id written.
                     g.fill(&mut out, u32::MAX).unwrap();
-                    joinkit_partition::cuda::member_row_ids(
-                        g,
-                        &g.upload(&members).unwrap().view(),
-                        &table,
-                        &mut out.view_mut(),
-                        &mut joinkit_cuda::Scratch::new(),
-                    )
-                    .unwrap();
+                    into(&mut out);
                     prop_assert_eq!(g.download(&out).unwrap(), want.clone());
                     // An output shorter than the set bits takes their first ids.
                     let mut short = g.alloc::<u32>(want.len() / 2).unwrap();
-                    joinkit_partition::cuda::member_row_ids(
-                        g,
-                        &g.upload(&members).unwrap().view(),
-                        &table,
-                        &mut short.view_mut(),
-                        &mut joinkit_cuda::Scratch::new(),
-                    )
-                    .unwrap();
+                    into(&mut short);
                     prop_assert_eq!(g.download(&short).unwrap(), want[..want.len() / 2].to_vec());
                 }
                 #[cfg(not(feature = "cuda"))]
