@@ -20,13 +20,13 @@
 //!   one. SMJ-OM from `log2(rows) - 16` rows a key (the sort's cost grows with the size): 6
 //!   at 2^22, 8 at 2^24, 10 at 2^26 (PHJ-OM 13.4 against SMJ-OM 15.0 ms at 8, SMJ-OM 17.0
 //!   against 20.8 at 12); on a small right side (at most 2^20 rows) NPHJ-chained below `12
-//!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there; on a CPU of
-//!   `t` threads inner and left outer joins on at most `1024 t²` right rows (at most 16384 a
-//!   thread) run NPHJ-chained below 3 × 2^16 output pairs a thread and SMJ-OM from there
-//!   ([`ChoiceParams::small_side`]); on more rows left outer joins run SMJ-OM from 12 rows a
-//!   key whatever the pairs and inner joins from 10 rows a key and 2^22 pairs on 8 threads
-//!   and more, from 28 rows a key on 4 to 7 threads and from 40 on fewer, with 2^23 pairs
-//!   (`cpu_merge_rule`);
+//!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there. On the CPU,
+//!   whose PHJ-OM writes a partition's pairs with one task (so it needs a partition a
+//!   thread) and no longer slows with runs, an inner or left outer join on a small side
+//!   (fewer PHJ-OM partitions than threads, [`ChoiceParams::small_side`]) runs SMJ-OM from 48
+//!   rows a key, below NPHJ-chained (left outer joins, and inner joins below 3 rows a key)
+//!   or PHJ-OM; on more rows inner joins run PHJ-OM at any rows a key and left outer joins
+//!   SMJ-OM from 96;
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -73,58 +73,42 @@ use crate::{Algorithm, JoinKind, JoinOptions};
 /// Rows [`sample_stats`] takes from the left side (fewer when it is shorter).
 pub const SAMPLE_ROWS: usize = 1 << 12;
 
-/// Right rows up to which an inner or left outer join counts as small on a CPU pool of `t`
-/// threads ([`ChoiceParams::small_side`]): `1024 t²`, at most 16384 a thread. Measured on the
-/// H200 host's CPU (twelfth session, |R| = |S|, 4 … 128 rows a key): NPHJ-chained led PHJ-OM
-/// on 2^14 rows at 4 threads but not on 2^16 (inner, 4 a key: 4.53 ms against 3.17), on 2^16
-/// at 8 threads (2.60 against 2.96), on 2^18 at 16 threads but not on 2^19; PHJ-OM's partition
-/// passes cost each thread more the more threads share them. On the 2-core machine PHJ-OM led
-/// or tied on 2^14 and 2^15 rows (4096 here).
-fn small_side_rows(threads: usize) -> usize {
-    (threads * threads * 1024).min(threads * 16384)
-}
-
-/// When an inner join with duplicate right keys beyond a small side runs SMJ-OM on a CPU pool
-/// of `threads` threads: from fewer rows a key the more threads share the work, since
-/// PHJ-OM's partition passes cost each thread more the more threads share them and the merge
-/// path spreads its runs evenly.
-///
-/// Measured with PHJ-OM and SMJ-OM's runs taking turns (thirteenth session, |R| = |S|, inner,
-/// the H200 host's CPU with `RAYON_NUM_THREADS`, and the 2-core machine), ms PHJ-OM against
-/// SMJ-OM, and the sampled rows a key where they strayed:
-///
-/// - 16 threads: 2^19 rows of 8 a key (sampled 9.25) 21.4 against 22.5, of 12 (11.4) 38.6
-///   against 28.5, of 16 41.9 against 25.9; 2^20 of 8 (6.4) 36.6 against 40.4, of 12 49.3
-///   against 46.5, of 16 (12.6) 49.4 against 46.9, of 24 (23.9) 112 against 50.1;
-/// - 8 threads: 2^19 of 8 25.3 against 39.4, of 12 46.2 against 44.4, of 16 54.2 against
-///   46.9; 2^20 of 12 90.4 against 83.3, of 16 91.8 against 80.4, of 24 154 against 85.5;
-/// - 4 threads: PHJ-OM ahead up to 24 a key (2^19: 64.2 against 74.3; 2^20: 140 against 151);
-/// - 2 cores: PHJ-OM ahead at 32 a key (2^19: 99.3 against 107; 2^20 (29.5): 203 against
-///   279; earlier, of 16, 164 against 269), SMJ-OM at 48 (2^19: 125 against 157) and at 64
-///   (earlier, 2^20 rows: 757 against 1159).
-///
-/// Each threshold sits between the multiplicities measured on either side of it (the sample
-/// strays by up to a fifth). Below 2^23 pairs (2^22 from 8 threads, whose small sides reach
-/// 2^16 rows and more) PHJ-OM's output stays in its caches: 2 cores, 2^16 rows of 64 a key,
-/// PHJ-OM 32 ms against 55, of 256 (2^24 pairs) SMJ-OM's outer join 363 against 431; 2^24
-/// pairs missed 16 cores' 2^16 rows of 256 on a sample just under 256 (SMJ-OM 65 ms against
-/// 119), so the threshold sits at 2^23.
-fn cpu_merge_rule(threads: usize) -> MergeRule {
-    let (rows_per_key, min_pairs) = match threads {
-        0..=3 => (40.0, 1u64 << 23),
-        4..=7 => (28.0, 1 << 23),
-        _ => (10.0, 1 << 22),
-    };
-    MergeRule::RowsPerKeyFromPairs {
-        rows_per_key,
-        min_pairs: min_pairs as f64,
+/// Right rows up to which an inner or left outer join counts as small on a CPU pool of
+/// `threads` threads ([`ChoiceParams::small_side`]): the most that PHJ-OM cuts into fewer
+/// partitions than threads (its partitions hold at most `half_piece` rows each and are at least
+/// 2, `crate::phj::radix_bits`), so that its match, a partition a task, leaves threads idle
+/// however many pairs it writes: 2^17 rows on 16 threads, 2^16 on 8, 2^15 on 3 to 7, none on 2.
+/// Measured on the H200 host's CPU (twentieth session, |R| = |S| = 2^14 … 2^20, 2 … 512 rows a
+/// key, 4, 8 and 16 threads; docs/results/joins.md): with a partition a thread or more PHJ-OM
+/// led SMJ-OM in every inner join (2^18 of 512 on 16 threads: 92 ms against 133; 4 threads:
+/// 324 against 375), with fewer it fell behind from 64 to 128 rows a key (2^16 of 128 on 16
+/// threads, 4 partitions: 18.7 against 12.2).
+fn small_side_rows(threads: usize, half_piece: usize) -> usize {
+    match threads.checked_sub(1) {
+        Some(below) if below >= 2 => (1usize << below.ilog2()).saturating_mul(half_piece),
+        _ => 0,
     }
 }
 
-/// Output pairs a CPU thread from which a small side's inner or left outer join runs SMJ-OM:
-/// between the 2^17 and 2^18 measured, since the sampled rows a key are off by up to a fifth
-/// (2^16 rows of 64 a key sampled at 63.1 fell under 2^18 pairs a thread).
-const SMALL_SIDE_MERGE_PAIRS_PER_THREAD: usize = 3 << 16;
+/// Right rows a key from which an inner or left outer join on a small CPU side runs SMJ-OM:
+/// between the 32 and 64 measured on either side of the crossover (the sample strays by up to
+/// a fifth). 16 threads, 2^16 rows: of 32 a key NPHJ-chained 6.85 ms and SMJ-OM 7.98, of 64
+/// SMJ-OM 7.4 against NPHJ-chained's 9.3.
+const CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY: f64 = 48.0;
+
+/// Right rows a key from which a left outer join beyond a small CPU side runs SMJ-OM: between
+/// the 64 and 128 measured on either side of the crossover. PHJ-OM ahead or level up to 64 a
+/// key (16 threads: 2^20 of 32 68.1 ms against 86.1, of 64 122 against 135; 2^18 of 64 39.4
+/// against 38.6), SMJ-OM from 128 (2^18: 61.7 against 69.1; 8 threads 80.2 against 89.3),
+/// where the outer join's pass over the left rows adds to PHJ-OM's match.
+const CPU_OUTER_MERGE_ROWS_PER_KEY: f64 = 96.0;
+
+/// Right rows a key below which an inner join on a small CPU side runs NPHJ-chained rather
+/// than PHJ-OM: 2 a key NPHJ-chained led by 1.06-1.6× (2^14 on 4, 8, 16 threads), from 8 PHJ-OM
+/// did (2^17 on 16 threads: 4.62 ms against 6.00). Left outer joins keep NPHJ-chained up to
+/// [`CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY`] (2^16 on 16 threads: 1.1-1.3× ahead of PHJ-OM from 2
+/// to 32).
+const CPU_CHAINED_INNER_ROWS_PER_KEY: f64 = 3.0;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -205,14 +189,9 @@ pub enum MergeRule {
     /// From `log2(rows)` minus this many right rows a key, at least 2 (rows: the mean of
     /// both sides): the H200, where the sort's share shrinks as the output grows.
     Log2RowsMinus(f64),
-    /// From `rows_per_key` right rows a key once the pairs (left rows × rows a key) reach
-    /// `min_pairs`: the CPU, where PHJ-OM's output stays in its caches below that.
-    RowsPerKeyFromPairs {
-        /// Right rows a key.
-        rows_per_key: f64,
-        /// Pairs.
-        min_pairs: f64,
-    },
+    /// Never (beyond a [`ChoiceParams::small_side`]): the CPU, where PHJ-OM with a partition a
+    /// thread led SMJ-OM in inner joins at every rows a key measured (up to 512).
+    Never,
 }
 
 /// The thresholds of [`choose`].
@@ -252,12 +231,16 @@ pub struct ChoiceParams {
     /// kind (the GPU). Not on a [`ChoiceParams::small_side`].
     pub outer_merge_rows_per_key: f64,
     /// Inner and left outer joins with duplicate right keys and a right side of at most this
-    /// many rows ([`ChoiceParams::small_side`]) run NPHJ-chained below
-    /// [`ChoiceParams::small_side_merge_pairs`] output pairs, SMJ-OM from there. 0: none (the
-    /// GPU, whose small right sides [`ChoiceParams::chained_max_right_rows`] covers).
+    /// many rows ([`ChoiceParams::small_side`]) run SMJ-OM from
+    /// [`ChoiceParams::small_side_merge_rows_per_key`] right rows a key, NPHJ-chained or PHJ-OM
+    /// below. 0: none (the GPU, whose small right sides
+    /// [`ChoiceParams::chained_max_right_rows`] covers).
     pub small_side_max_right_rows: usize,
-    /// Output pairs (left rows × right rows a key) from which such a small side runs SMJ-OM.
-    pub small_side_merge_pairs: f64,
+    /// Right rows a key from which such a small side runs SMJ-OM.
+    pub small_side_merge_rows_per_key: f64,
+    /// Right rows a key below which such a small side's inner join runs NPHJ-chained, PHJ-OM
+    /// from there; its left outer join runs NPHJ-chained up to the merge.
+    pub small_side_chained_inner_rows_per_key: f64,
 }
 
 impl ChoiceParams {
@@ -279,7 +262,7 @@ impl ChoiceParams {
             merge: if gpu {
                 MergeRule::Log2RowsMinus(16.0)
             } else {
-                cpu_merge_rule(rayon::current_num_threads())
+                MergeRule::Never
             },
             chained_max_right_rows: if gpu { 1 << 20 } else { 0 },
             chained_merge_rows_per_key: 12.0,
@@ -294,40 +277,30 @@ impl ChoiceParams {
             } else {
                 Algorithm::NphjOpen
             },
-            // CPU left outer joins with duplicate right keys, |R| = |S| (the H200 host's 16
-            // cores, 2^16 … 2^20; the 2-core machine, 2^14 … 2^20). Up to 16384 right rows a
-            // thread (2^18 on 16 cores) NPHJ-chained leads PHJ-OM by 1.1-1.6× from 2 to 32
-            // rows a key and SMJ-OM leads from 64 (at 32 the two are level). Beyond (2^19 and
-            // 2^20 on 16 cores) SMJ-OM leads from 16 rows a key (1.2-1.7× ahead of PHJ-OM; on
-            // 2 cores 2^18: 38.9 ms against 57.3, 2^20 level), PHJ-OM at 8 and fewer (2 cores:
-            // 23 against 37 ms at 2^18, 102 against 176 at 2^20). Partitioning so few rows a
-            // thread costs more than the cache misses it saves; an outer join's output adds a
-            // pass over the left rows, which the merge path spreads evenly. Unique keys stay
-            // with PHJ-OM (16 cores, 2^18: 5.82 ms against NPHJ-chained's 7.99). Thresholds
-            // between the measured rows a key: the sampled estimate is off by up to a fifth.
-            outer_merge_rows_per_key: if gpu { f64::INFINITY } else { 12.0 },
-            // Small sides (twelfth session, the H200 host's 16 cores, |R| = |S| = 2^16 … 2^18,
-            // 2 … 128 rows a key, two runs): NPHJ-chained leads PHJ-OM in inner joins by
-            // 1.1-2.5× from 4 rows a key (2^16 of 32: 6.4-7.5 ms against 12.8-15.0), SMJ-OM
-            // leads from 2^22 pairs (2^16 of 64, 2^17 of 32, 2^18 of 16: 7.4-9.5, 9.7-10.4,
-            // 13.7-16.7 ms against NPHJ-chained's 9.6-10.9, 11.1-11.5, 16.5-18.1; the threshold
-            // sits below, at 3 × 2^16 a thread), and left outer joins cross over alike. A
-            // thread's few thousand rows cost PHJ-OM more in its per-thread partition passes
-            // than the table's cache misses cost NPHJ-chained; the fewer the threads, the
-            // smaller the side where that holds ([`small_side_rows`]).
+            // CPU left outer joins with duplicate right keys beyond a small side: PHJ-OM below
+            // [`CPU_OUTER_MERGE_ROWS_PER_KEY`], SMJ-OM from there. Unique keys stay with PHJ-OM
+            // (16 cores, 2^18: 5.82 ms against NPHJ-chained's 7.99).
+            outer_merge_rows_per_key: if gpu {
+                f64::INFINITY
+            } else {
+                CPU_OUTER_MERGE_ROWS_PER_KEY
+            },
+            // Small sides: where PHJ-OM's partitions are fewer than the threads
+            // ([`small_side_rows`]), its match leaves threads idle and a table that stays in
+            // the cache (NPHJ-chained) or the merge path, which spreads any run over the threads
+            // (SMJ-OM), leads.
             small_side_max_right_rows: if gpu {
                 0
             } else {
-                small_side_rows(rayon::current_num_threads())
+                small_side_rows(rayon::current_num_threads(), b.build_capacity::<u32>() / 2)
             },
-            small_side_merge_pairs: (SMALL_SIDE_MERGE_PAIRS_PER_THREAD
-                * rayon::current_num_threads()) as f64,
+            small_side_merge_rows_per_key: CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY,
+            small_side_chained_inner_rows_per_key: CPU_CHAINED_INNER_ROWS_PER_KEY,
         }
     }
 
     /// Whether an inner or left outer join with duplicate right keys and a right side of
-    /// `right_rows` rows runs NPHJ-chained below [`ChoiceParams::small_side_merge_pairs`]
-    /// output pairs and SMJ-OM from there ([`ChoiceParams::small_side_max_right_rows`]).
+    /// `right_rows` rows counts as small ([`ChoiceParams::small_side_max_right_rows`]).
     pub fn small_side(&self, right_rows: usize) -> bool {
         right_rows <= self.small_side_max_right_rows
     }
@@ -366,10 +339,7 @@ impl ChoiceParams {
                 let rows = (stats.left_rows / 2 + stats.right_rows / 2).max(1) as f64;
                 per_key >= (rows.log2() - minus).max(2.0)
             }
-            MergeRule::RowsPerKeyFromPairs {
-                rows_per_key,
-                min_pairs,
-            } => per_key >= rows_per_key && stats.left_rows as f64 * per_key >= min_pairs,
+            MergeRule::Never => false,
         }
     }
 
@@ -416,10 +386,14 @@ pub fn choose(
     if let Some(per_key) = stats.right_rows_per_key {
         let duplicated = per_key >= params.duplicated_rows_per_key;
         if duplicated && kind.has_right_rows() && params.small_side(stats.right_rows) {
-            return if stats.left_rows as f64 * per_key >= params.small_side_merge_pairs {
+            return if per_key >= params.small_side_merge_rows_per_key {
                 (Algorithm::SmjOm, Why::ManyRowsPerKey)
-            } else {
+            } else if kind == JoinKind::LeftOuter
+                || per_key < params.small_side_chained_inner_rows_per_key
+            {
                 (Algorithm::NphjChained, Why::SmallRightSide)
+            } else {
+                partitioned(stats, params)
             };
         }
         if duplicated && kind == JoinKind::LeftOuter && per_key >= params.outer_merge_rows_per_key {
@@ -847,7 +821,8 @@ mod tests {
             few_keys_join: Algorithm::NphjChained,
             outer_merge_rows_per_key: f64::INFINITY,
             small_side_max_right_rows: 0,
-            small_side_merge_pairs: f64::INFINITY,
+            small_side_merge_rows_per_key: f64::INFINITY,
+            small_side_chained_inner_rows_per_key: 0.0,
         }
     }
 
@@ -1118,75 +1093,67 @@ mod tests {
             (NphjOpen, Why::CachedTable)
         );
         // The CPU: semi and anti joins take NPHJ-open's key-set table from few distinct keys;
-        // its thresholds without a small side (more right rows than it), then on 16 threads.
+        // its small sides follow the pool and the partitions PHJ-OM would make.
         let cpu = ChoiceParams::for_backend(&CpuBackend::new());
         assert_eq!(cpu.chained_max_right_rows, 0);
+        assert_eq!(cpu.merge, MergeRule::Never);
+        let half_piece = CpuBackend::new().build_capacity::<u32>() / 2;
         let threads = rayon::current_num_threads();
-        assert_eq!(cpu.small_side_max_right_rows, small_side_rows(threads));
         assert_eq!(
-            [2, 4, 8, 16, 32].map(small_side_rows),
-            [1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 19]
+            cpu.small_side_max_right_rows,
+            small_side_rows(threads, half_piece)
         );
         assert_eq!(
-            cpu.small_side_merge_pairs,
-            ((3usize << 16) * threads) as f64
+            [1, 2, 3, 4, 8, 16, 17, 32].map(|t| small_side_rows(t, 1 << 14)),
+            [0, 0, 1 << 15, 1 << 15, 1 << 16, 1 << 17, 1 << 18, 1 << 18]
         );
+        // A small side is the most rows PHJ-OM cuts into fewer partitions than threads.
+        for t in 3..=64 {
+            let rows = small_side_rows(t, half_piece);
+            let partitions = |rows| 1usize << crate::phj::radix_bits::<u32>(rows, 2 * half_piece);
+            assert!(
+                partitions(rows) < t && partitions(rows + 1) >= t,
+                "{t} threads"
+            );
+        }
         let few = ChoiceParams {
             small_side_max_right_rows: 0,
-            merge: cpu_merge_rule(2),
             ..cpu
         };
-        // On 2 threads inner joins merge from 40 rows a key and 2^23 pairs, left outer joins
-        // from 12 rows a key whatever the pairs, PHJ-OM below.
+        // No small side (2 threads): inner joins PHJ-OM at any rows a key, left outer joins
+        // SMJ-OM from 96.
         let few_threads = [
             (1 << 16, 64.0, Inner, PhjOm, Why::Partitioned),
-            (1 << 20, 40.0, Inner, SmjOm, Why::ManyRowsPerKey),
-            (1 << 20, 39.0, Inner, PhjOm, Why::Partitioned),
-            (1 << 20, 24.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 20, 512.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 12, 2.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 256.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 12, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 17, 8.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 12, 96.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 17, 95.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
         expect(&few_threads, &few);
-        // On 4 threads inner joins merge from 28 rows a key.
-        let four = ChoiceParams {
-            merge: cpu_merge_rule(4),
-            ..few
-        };
-        expect(
-            &[
-                (1 << 19, 24.1, Inner, PhjOm, Why::Partitioned),
-                (1 << 19, 28.0, Inner, SmjOm, Why::ManyRowsPerKey),
-            ],
-            &four,
-        );
-        // 16 threads: up to 2^18 right rows NPHJ-chained below 3 × 2^20 pairs, SMJ-OM from
-        // there; above, left outer joins as with few threads, inner joins merging from 10 rows
-        // a key and 2^22 pairs.
+        // 16 threads: up to 2^17 right rows (8 partitions) SMJ-OM from 48 rows a key, below
+        // NPHJ-chained for left outer joins and inner joins of fewer than 3 rows a key, PHJ-OM
+        // for the others; beyond, as with no small side.
         let many = ChoiceParams {
-            small_side_max_right_rows: 1 << 18,
-            small_side_merge_pairs: (3u64 << 20) as f64,
-            merge: cpu_merge_rule(16),
+            small_side_max_right_rows: small_side_rows(16, half_piece),
             ..cpu
         };
         let many_threads = [
             (1 << 16, 1.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 16, 2.0, LeftOuter, NphjChained, Why::SmallRightSide),
-            (1 << 16, 4.0, Inner, NphjChained, Why::SmallRightSide),
-            (1 << 16, 32.0, Inner, NphjChained, Why::SmallRightSide),
+            (1 << 16, 2.9, Inner, NphjChained, Why::SmallRightSide),
+            (1 << 16, 3.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 17, 32.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 17, 47.0, LeftOuter, NphjChained, Why::SmallRightSide),
             (1 << 16, 48.0, Inner, SmjOm, Why::ManyRowsPerKey),
-            (1 << 17, 16.0, LeftOuter, NphjChained, Why::SmallRightSide),
-            (1 << 17, 32.0, Inner, SmjOm, Why::ManyRowsPerKey),
-            (1 << 18, 8.0, Inner, NphjChained, Why::SmallRightSide),
-            (1 << 18, 16.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 19, 8.0, LeftOuter, PhjOm, Why::Partitioned),
-            (1 << 19, 12.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 19, 9.25, Inner, PhjOm, Why::Partitioned),
-            (1 << 19, 11.4, Inner, SmjOm, Why::ManyRowsPerKey),
-            (1 << 19, 24.0, Inner, SmjOm, Why::ManyRowsPerKey),
-            (1 << 20, 6.4, Inner, PhjOm, Why::Partitioned),
-            (1 << 20, 12.6, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 17, 48.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 18, 2.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 18, 512.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 18, 8.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 18, 64.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 18, 96.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 20, 128.0, Inner, PhjOm, Why::Partitioned),
         ];
         expect(&many_threads, &many);
         // Promised unique: PHJ-OM.
@@ -1205,11 +1172,11 @@ mod tests {
     fn both_sides_skewed_merge_beyond_a_small_side() {
         let cpu = ChoiceParams {
             small_side_max_right_rows: 1 << 16,
-            merge: cpu_merge_rule(2),
             ..ChoiceParams::for_backend(&CpuBackend::new())
         };
         // One key with a quarter of each side's rows, 16 rows a key as the right rows see
-        // them: below the rows a key that merge (on 2 threads).
+        // them: below the rows a key that merge. A small side's left outer join keeps
+        // NPHJ-chained; its inner join, PHJ-OM's branch, and every join beyond it merge.
         let skewed = |right_rows| JoinInputStats {
             left_top_key_share: 0.25,
             right_top_key_share: 0.25,
@@ -1217,13 +1184,15 @@ mod tests {
             ..stats(right_rows, 4, 1.0)
         };
         assert_eq!(
-            choose(&skewed(1 << 10), JoinKind::Inner, &cpu),
+            choose(&skewed(1 << 10), JoinKind::LeftOuter, &cpu),
             (Algorithm::NphjChained, ChoiceReason::SmallRightSide)
         );
-        assert_eq!(
-            choose(&skewed(1 << 20), JoinKind::Inner, &cpu),
-            (Algorithm::SmjOm, ChoiceReason::SkewedSides)
-        );
+        for rows in [1 << 10, 1 << 20] {
+            assert_eq!(
+                choose(&skewed(rows), JoinKind::Inner, &cpu),
+                (Algorithm::SmjOm, ChoiceReason::SkewedSides)
+            );
+        }
     }
 
     #[test]

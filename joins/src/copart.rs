@@ -592,33 +592,29 @@ macro_rules! with_words {
     };
 }
 
-/// A task's output on the CPU: pairs written in place, pairs that did not fit (spill), matches.
-struct Part<P, Q> {
+/// A task's output on the CPU: the pairs written into its region, and where the region ran
+/// out, what is left for the write pass ([`cpu_match`]).
+#[derive(Default)]
+struct Part {
     written: usize,
-    probe: Vec<P>,
-    build: Vec<Q>,
+    rest: Option<Rest>,
     total: u64,
 }
 
-impl<P, Q> Default for Part<P, Q> {
-    fn default() -> Self {
-        Self {
-            written: 0,
-            probe: Vec::new(),
-            build: Vec::new(),
-            total: 0,
-        }
-    }
+/// Where a task's region ran out: the first probe row whose pairs did not fit (none of its
+/// pairs written) and the pairs from there on.
+#[derive(Clone, Copy)]
+struct Rest {
+    from: At,
+    pairs: u64,
 }
 
-/// Appends without aborting the process when the host cannot hold the output.
-#[inline]
-fn reserve<T>(v: &mut Vec<T>, more: usize) -> Result<()> {
-    if v.capacity() - v.len() < more {
-        v.try_reserve(more.max(v.len()))
-            .map_err(|_| Error::SizeOverflow("host allocation of join output failed"))?;
-    }
-    Ok(())
+/// A point in a task's walk over its items: an item (its index among the task's items) and a
+/// probe row of it.
+#[derive(Clone, Copy, Default)]
+struct At {
+    item: usize,
+    pos: usize,
 }
 
 /// The flags as atomics, so items sharing probe rows may set them concurrently.
@@ -904,6 +900,22 @@ struct CpuSides<'a, K, P, Q> {
     build_ids: Option<&'a [Q]>,
 }
 
+impl<K, P: IdWord, Q: IdWord> CpuSides<'_, K, P, Q> {
+    /// The word the match writes for probe row `pos`: its id, or the row.
+    #[inline]
+    fn probe_word(&self, pos: usize) -> P {
+        self.probe_ids
+            .map_or(P::from_bits(pos as u64), |ids| ids[pos])
+    }
+
+    /// The word the match writes for build row `row`: its id, or the row.
+    #[inline]
+    fn build_word(&self, row: usize) -> Q {
+        self.build_ids
+            .map_or(Q::from_bits(row as u64), |ids| ids[row])
+    }
+}
+
 /// (probe words, build words) of every match, as [`CoJoined::pairs`].
 type WordPairs<P, Q> = (Vec<P>, Vec<Q>);
 
@@ -927,23 +939,27 @@ fn item_probe_rows(items: &[(u32, u32)], pp: &Pieces<CpuBackend>) -> usize {
 
 /// The CPU co-partition join over `items` (checked by the caller): the pairs (when wanted), the
 /// probe flags (when wanted) and the number of matches.
+///
+/// Tasks are runs of items. The match pass writes each task's pairs straight into the output,
+/// in a region as long as its probe rows (enough where the build keys are unique per piece, the
+/// common case) or of its `exact` count from a count pass of the same items. Where a task's
+/// region runs out, the task counts the rest of its pairs (a lookup gives a key's rows) and a
+/// write pass ([`assemble`]) writes them, from the probe row where the region ran out, into an
+/// output of exactly the pairs counted. Why not a spill a task grows: on many threads the
+/// spills' growth, copies and page faults made M:N matches several times slower than writing
+/// their pairs, and slower by a different amount in each process (docs/results/joins.md).
 fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     sides: &CpuSides<'_, K, P, Q>,
     items: &[(u32, u32)],
     want: CoWant,
     exact: Option<&[u64]>,
 ) -> Result<CpuMatched<P, Q>> {
-    let (pp, bp) = (sides.pp, sides.bp);
     let mut flags = want
         .flags_len
         .map(joinkit_cuda::try_zeroed::<u32>)
         .transpose()?;
     let dup = AtomicBool::new(false);
     let bad_id = AtomicBool::new(false);
-    // Tasks are runs of items. Each writes its pairs straight into the output, in a region
-    // as long as its probe rows (enough for every join whose build keys are unique per
-    // piece, which is the common case), or of its `exact` count from a count pass of the
-    // same items; what does not fit goes to the task's own spill.
     let per_task = items
         .len()
         .div_ceil(8 * rayon::current_num_threads().max(1))
@@ -952,15 +968,20 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     let exact = exact.filter(|e| e.len() == tasks.len());
     let regions: Vec<usize> = match exact {
         Some(e) => e.iter().map(|&t| t as usize).collect(),
-        None => tasks.iter().map(|t| item_probe_rows(t, pp)).collect(),
+        None => tasks.iter().map(|t| item_probe_rows(t, sides.pp)).collect(),
     };
     let room: usize = regions.iter().sum();
-    // In-place regions of exact counts, or of probe rows while they stay within a few times
-    // the probe side (many build pieces per partition multiply them) and within the pairs
-    // the caller takes.
+    // Regions of exact counts, or of probe rows while they stay within a few times the probe
+    // side (many build pieces per partition multiply them) and within the pairs the caller
+    // takes; otherwise every pair waits for the write pass.
     let in_place = want.pairs
         && (exact.is_some()
             || (room <= 2 * sides.probe_keys.len() + 1024 && !want.too_many(room as u64)));
+    let regions = if in_place {
+        regions
+    } else {
+        vec![0; tasks.len()]
+    };
     let (mut out_p, mut out_b) = if in_place {
         // Zeroed memory advised onto huge pages (`try_zeroed`): the tasks' writes take its
         // page faults, 2 MiB at a time.
@@ -971,13 +992,14 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     } else {
         (Vec::new(), Vec::new())
     };
-    let mut starts = Vec::with_capacity(tasks.len());
-    let mut at = 0usize;
-    for &r in &regions {
-        starts.push(at);
-        at += if in_place { r } else { 0 };
-    }
-    let parts: Vec<Part<P, Q>> = {
+    let starts: Vec<usize> = (regions.iter())
+        .scan(0, |at, &r| {
+            let start = *at;
+            *at += r;
+            Some(start)
+        })
+        .collect();
+    let parts: Vec<Part> = {
         let flags = flags.as_deref_mut().map(atomic_flags);
         let (dst_p, dst_b) = (SharedOut::new(&mut out_p), SharedOut::new(&mut out_b));
         let (dst_p, dst_b) = (&dst_p, &dst_b);
@@ -985,69 +1007,45 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
             .par_iter()
             .zip(regions.par_iter().zip(starts.par_iter()))
             .map(|(group, (&region, &start))| {
-                let region = if in_place { region } else { 0 };
                 let mut part = Part::default();
-                let mut table = ItemTable::<K>::new();
-                let mut built = u32::MAX;
-                for &(i, j) in *group {
-                    let (bb, bl) = (bp.begin[i as usize] as usize, bp.len[i as usize] as usize);
-                    if built != i {
-                        built = i;
-                        if table.build(&sides.build_keys[bb..bb + bl]) {
-                            dup.store(true, Ordering::Relaxed);
+                let unique = (want.unique_build, &dup);
+                walk_items(sides, group, At::default(), unique, |at, found| {
+                    let count = u64::from(found.count);
+                    part.total += count;
+                    let pid = sides.probe_word(at.pos);
+                    if let Some(f) = flags {
+                        match usize::try_from(pid.to_bits()).ok().and_then(|i| f.get(i)) {
+                            Some(f) => f.store(1, Ordering::Relaxed),
+                            None => bad_id.store(true, Ordering::Relaxed),
                         }
                     }
-                    if want.unique_build && dup.load(Ordering::Relaxed) {
-                        return Ok(part);
+                    if !want.pairs {
+                        return;
                     }
-                    if j == NO_PIECE {
-                        continue;
-                    }
-                    let (pb, pl) = (pp.begin[j as usize] as usize, pp.len[j as usize] as usize);
-                    for (pos, &k) in (pb..pb + pl).zip(&sides.probe_keys[pb..pb + pl]) {
-                        let Some((head, count)) = table.find(k) else {
-                            continue;
-                        };
-                        part.total += u64::from(count);
-                        let pid = sides
-                            .probe_ids
-                            .map_or(P::from_bits(pos as u64), |ids| ids[pos]);
-                        if let Some(f) = flags {
-                            match usize::try_from(pid.to_bits()).ok().and_then(|i| f.get(i)) {
-                                Some(f) => f.store(1, Ordering::Relaxed),
-                                None => bad_id.store(true, Ordering::Relaxed),
-                            }
-                        }
-                        if !want.pairs {
-                            continue;
-                        }
-                        let mut r = head;
-                        for _ in 0..count {
-                            let row = bb + r as usize;
-                            let bid = sides
-                                .build_ids
-                                .map_or(Q::from_bits(row as u64), |ids| ids[row]);
-                            if part.written < region {
-                                // SAFETY: rows start..start + region of the outputs belong
-                                // to this task alone, and `written < region`.
+                    match &mut part.rest {
+                        Some(rest) => rest.pairs += count,
+                        None if found.count as usize <= region - part.written => {
+                            found.each_row(|row| {
+                                // SAFETY: rows start..start + region of the outputs belong to
+                                // this task alone, and this row's pairs fit in what is left.
                                 unsafe {
                                     dst_p.write(start + part.written, pid);
-                                    dst_b.write(start + part.written, bid);
+                                    dst_b.write(start + part.written, sides.build_word(row));
                                 }
                                 part.written += 1;
-                            } else {
-                                reserve(&mut part.probe, 1)?;
-                                reserve(&mut part.build, 1)?;
-                                part.probe.push(pid);
-                                part.build.push(bid);
-                            }
-                            r = table.next[r as usize];
+                            });
+                        }
+                        None => {
+                            part.rest = Some(Rest {
+                                from: at,
+                                pairs: count,
+                            })
                         }
                     }
-                }
-                Ok(part)
+                });
+                part
             })
-            .collect::<Result<Vec<Part<P, Q>>>>()?
+            .collect()
     };
     if want.unique_build && dup.load(Ordering::Relaxed) {
         return Err(Error::DuplicateKey { side: "build" });
@@ -1062,7 +1060,12 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     let total: u64 = parts.iter().map(|p| p.total).sum();
     let pairs = if want.pairs {
         let n = usize::try_from(total).map_err(|_| Error::SizeOverflow("join output rows"))?;
-        Some(assemble(out_p, out_b, &parts, &starts, n)?)
+        let written = Written {
+            pairs: (out_p, out_b),
+            parts: &parts,
+            starts: &starts,
+        };
+        Some(assemble(sides, &tasks, written, n)?)
     } else {
         None
     };
@@ -1074,17 +1077,101 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     })
 }
 
-/// The pairs in task order: each task's in-place rows, then its spill. Without spills the
-/// in-place rows are closed up inside the output buffers; otherwise everything is copied into
-/// new buffers of `n` rows.
-fn assemble<P: IdWord, Q: IdWord>(
-    mut out_p: Vec<P>,
-    mut out_b: Vec<Q>,
-    parts: &[Part<P, Q>],
-    starts: &[usize],
+/// A probe row's matches in an item's table: its key's newest build row, relative to the
+/// item's build piece (which starts at row `piece`), and the key's rows.
+struct Found<'t, K> {
+    table: &'t ItemTable<K>,
+    head: u32,
+    count: u32,
+    piece: usize,
+}
+
+impl<K> Found<'_, K> {
+    /// Calls `f` with each build row of the key, newest first.
+    #[inline]
+    fn each_row(&self, mut f: impl FnMut(usize)) {
+        let mut r = self.head;
+        for _ in 0..self.count {
+            f(self.piece + r as usize);
+            r = self.table.next[r as usize];
+        }
+    }
+}
+
+/// Walks `group`'s items from `from` on, building each item's build piece into a table (once
+/// for a run of items of one piece), and calls `visit` for every probe row whose key the table
+/// holds, in order. Returns early once a build key came twice (recorded in `dup`) where
+/// `unique` says the build keys are unique.
+fn walk_items<K: Key, P: IdWord, Q: IdWord>(
+    sides: &CpuSides<'_, K, P, Q>,
+    group: &[(u32, u32)],
+    from: At,
+    (unique, dup): (bool, &AtomicBool),
+    mut visit: impl FnMut(At, Found<'_, K>),
+) {
+    let (pp, bp) = (sides.pp, sides.bp);
+    let mut table = ItemTable::<K>::new();
+    let mut built = u32::MAX;
+    for (item, &(i, j)) in group.iter().enumerate().skip(from.item) {
+        let (bb, bl) = (bp.begin[i as usize] as usize, bp.len[i as usize] as usize);
+        if built != i {
+            built = i;
+            if table.build(&sides.build_keys[bb..bb + bl]) {
+                dup.store(true, Ordering::Relaxed);
+            }
+        }
+        if unique && dup.load(Ordering::Relaxed) {
+            return;
+        }
+        if j == NO_PIECE {
+            continue;
+        }
+        let (pb, pl) = (pp.begin[j as usize] as usize, pp.len[j as usize] as usize);
+        let first = if item == from.item {
+            from.pos.clamp(pb, pb + pl)
+        } else {
+            pb
+        };
+        for (pos, &k) in (first..).zip(&sides.probe_keys[first..pb + pl]) {
+            if let Some((head, count)) = table.find(k) {
+                let found = Found {
+                    table: &table,
+                    head,
+                    count,
+                    piece: bb,
+                };
+                visit(At { item, pos }, found);
+            }
+        }
+    }
+}
+
+/// What the match pass left: the pairs it wrote into the tasks' regions, each task's part, and
+/// where each region starts.
+struct Written<'a, P, Q> {
+    pairs: WordPairs<P, Q>,
+    parts: &'a [Part],
+    starts: &'a [usize],
+}
+
+/// The pairs in task order: each task's pairs from its region, then, where the region ran
+/// out, the rest, written by a second walk of its items from where it did into an output of
+/// exactly `n` rows. Where no region ran out, the regions are closed up in place.
+///
+/// # Errors
+/// [`Error::Corrupt`] where the second walk finds other pairs than the first counted.
+fn assemble<K: Key, P: IdWord, Q: IdWord>(
+    sides: &CpuSides<'_, K, P, Q>,
+    tasks: &[&[(u32, u32)]],
+    written: Written<'_, P, Q>,
     n: usize,
 ) -> Result<WordPairs<P, Q>> {
-    if parts.iter().all(|p| p.probe.is_empty()) {
+    let Written {
+        pairs: (mut out_p, mut out_b),
+        parts,
+        starts,
+    } = written;
+    if parts.iter().all(|p| p.rest.is_none()) {
         let mut at = 0;
         for (p, &start) in parts.iter().zip(starts) {
             if start != at {
@@ -1097,40 +1184,62 @@ fn assemble<P: IdWord, Q: IdWord>(
         out_b.truncate(at);
         return Ok((out_p, out_b));
     }
-    Ok((
-        spilled_column(&out_p, parts, starts, n, |p| &p.probe)?,
-        spilled_column(&out_b, parts, starts, n, |p| &p.build)?,
-    ))
-}
-
-/// One output column of `n` rows: each task's in-place rows of `src`, then its spill.
-fn spilled_column<T: IdWord, P, Q>(
-    src: &[T],
-    parts: &[Part<P, Q>],
-    starts: &[usize],
-    n: usize,
-    spill: fn(&Part<P, Q>) -> &Vec<T>,
-) -> Result<Vec<T>>
-where
-    Part<P, Q>: Sync,
-{
-    let mut out = joinkit_cuda::try_zeroed(n)?;
-    let mut rest: &mut [T] = &mut out;
+    let mut all_p = joinkit_cuda::try_zeroed::<P>(n)?;
+    let mut all_b = joinkit_cuda::try_zeroed::<Q>(n)?;
     let mut pieces = Vec::with_capacity(parts.len());
+    let (mut rest_p, mut rest_b) = (&mut all_p[..], &mut all_b[..]);
     for p in parts {
-        let (head, tail) = rest.split_at_mut(p.written + spill(p).len());
-        pieces.push(head);
-        rest = tail;
+        let len = p.rest.map_or(Some(0), |r| usize::try_from(r.pairs).ok());
+        let Some(len) = len.and_then(|l| l.checked_add(p.written)) else {
+            return Err(Error::SizeOverflow("join output rows"));
+        };
+        if len > rest_p.len() {
+            return Err(Error::Corrupt(
+                "the tasks' pairs exceed the pairs counted".into(),
+            ));
+        }
+        let (head_p, tail_p) = std::mem::take(&mut rest_p).split_at_mut(len);
+        let (head_b, tail_b) = std::mem::take(&mut rest_b).split_at_mut(len);
+        pieces.push((head_p, head_b));
+        (rest_p, rest_b) = (tail_p, tail_b);
     }
-    pieces
-        .into_par_iter()
-        .zip(parts.par_iter().zip(starts.par_iter()))
-        .for_each(|(dst, (p, &start))| {
-            let (a, c) = dst.split_at_mut(p.written);
-            a.copy_from_slice(&src[start..start + p.written]);
-            c.copy_from_slice(spill(p));
-        });
-    Ok(out)
+    let (out_p, out_b) = (&out_p, &out_b);
+    let none = AtomicBool::new(false);
+    (pieces.into_par_iter())
+        .zip(
+            parts
+                .par_iter()
+                .zip(starts.par_iter().zip(tasks.par_iter())),
+        )
+        .map(|((dst_p, dst_b), (part, (&start, group)))| {
+            let (head_p, tail_p) = dst_p.split_at_mut(part.written);
+            let (head_b, tail_b) = dst_b.split_at_mut(part.written);
+            head_p.copy_from_slice(&out_p[start..start + part.written]);
+            head_b.copy_from_slice(&out_b[start..start + part.written]);
+            let Some(rest) = part.rest else {
+                return Ok(());
+            };
+            let mut at = 0;
+            walk_items(sides, group, rest.from, (false, &none), |a, found| {
+                let pid = sides.probe_word(a.pos);
+                found.each_row(|row| {
+                    if let (Some(p), Some(b)) = (tail_p.get_mut(at), tail_b.get_mut(at)) {
+                        (*p, *b) = (pid, sides.build_word(row));
+                    }
+                    at += 1;
+                });
+            });
+            if at == tail_p.len() {
+                Ok(())
+            } else {
+                Err(Error::Corrupt(format!(
+                    "the write pass found {at} pairs where the match pass counted {}",
+                    tail_p.len()
+                )))
+            }
+        })
+        .collect::<Result<()>>()?;
+    Ok((all_p, all_b))
 }
 
 /// A column's buffer shared by the tasks that write disjoint elements of it.

@@ -338,6 +338,98 @@ fn copartition_join_on_hand_made_pieces() {
 
 /// PHJ-UM with more partitions than one bucket-chain pass offers takes the radix partition
 /// instead (still GFUR); both equal the reference.
+/// The CPU match's write pass: in the first partition every probe row matches every build row,
+/// so a task's region (its probe rows) runs out inside an item and the rest is written from
+/// that probe row on, over the next item of the same build piece (a pool of one thread: two
+/// items a task); with ids and flags, split build words, and second columns, the pairs equal
+/// the per-partition nested loop, and the flags mark the matched probe rows.
+#[test]
+fn copartition_join_writes_the_pairs_its_regions_cannot_hold() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let b = CpuBackend::new();
+        // Partition 0: 12 build rows of key 5 (pieces of 5, 5 and 2), 12 probe rows of 5 (4
+        // pieces of 3): a task's first probe row fills 5 of its 6 rows; partition 1: build 7,
+        // 8, probe 8, 9, 8.
+        let build_keys: Vec<u32> = [vec![5; 12], vec![7, 8]].concat();
+        let probe_keys: Vec<u32> = [vec![5; 12], vec![8, 9, 8]].concat();
+        let bp = b.contiguous_pieces(&vec![0, 12, 14], 5).unwrap();
+        let pp = b.contiguous_pieces(&vec![0, 12, 15], 3).unwrap();
+        let build_ids: Vec<u64> = (0..14).map(|i| (1 << 40) + 100 + i).collect();
+        let probe_ids: Vec<u32> = (0..15).map(|i| 1000 + i).collect();
+        let mut want = Vec::new();
+        for (lo, hi, plo, phi) in [(0, 12, 0, 12), (12, 14, 12, 15)] {
+            for p in plo..phi {
+                for r in lo..hi {
+                    if probe_keys[p] == build_keys[r] {
+                        want.push((probe_ids[p], build_ids[r]));
+                    }
+                }
+            }
+        }
+        want.sort_unstable();
+        assert_eq!(want.len(), 146);
+        let (probe_col, build_col) = (
+            Column::U32(probe_ids.clone()),
+            Column::U64(build_ids.clone()),
+        );
+        let probe = plain_side(&probe_keys, &pp, Some(&probe_col));
+        let build = plain_side(&build_keys, &bp, Some(&build_col));
+        // Flags are indexed by probe id: room for every id.
+        let want_all = CoWant::default().with_pairs(true).with_flags(Some(1015));
+        let out = b.copartition_join(&probe, &build, want_all).unwrap();
+        assert_eq!(out.total, 146);
+        assert_eq!(sorted_id_pairs(&out), want);
+        let flags = out.flags.as_ref().unwrap();
+        let flagged: Vec<usize> = (0..flags.len()).filter(|&i| flags[i] == 1).collect();
+        let matched: Vec<usize> = (1000..1012).chain([1012, 1014]).collect();
+        assert_eq!(flagged, matched);
+        // The build ids as two halves, and a second column a side.
+        let split = b
+            .copartition_join(
+                &probe,
+                &build.with_split_words(true),
+                CoWant::default().with_pairs(true),
+            )
+            .unwrap();
+        let Some(([Column::U32(p)], [Column::U32(lo), Column::U32(hi)])) =
+            split.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+        else {
+            panic!("a u32 probe column and two u32 build halves expected");
+        };
+        let mut got: Vec<(u32, u64)> = (0..p.len())
+            .map(|i| (p[i], u64::from(lo[i]) | u64::from(hi[i]) << 32))
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, want);
+        let probe_second = Column::U32(probe_ids.iter().map(|&i| i + 7).collect());
+        let build_second = Column::U64(build_ids.iter().map(|&i| !i).collect());
+        let two = b
+            .copartition_join(
+                &probe.with_second(Some(&probe_second)),
+                &build.with_second(Some(&build_second)),
+                CoWant::default().with_pairs(true),
+            )
+            .unwrap();
+        let Some(([Column::U32(p1), Column::U32(p2)], [Column::U64(b1), Column::U64(b2)])) =
+            two.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+        else {
+            panic!("two probe columns and two build columns expected");
+        };
+        let mut got: Vec<(u32, u64)> = (0..p1.len())
+            .map(|i| {
+                assert_eq!((p2[i], b2[i]), (p1[i] + 7, !b1[i]), "row {i}");
+                (p1[i], b1[i])
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, want);
+    });
+}
+
 #[test]
 fn phj_um_beyond_the_bucket_chain_fanout() {
     set_cpu_phj_limits(2, 3).unwrap();
