@@ -153,6 +153,74 @@ fn sorted_id_pairs(joined: &CoJoined<CpuBackend>) -> Vec<(u32, u64)> {
     got
 }
 
+/// The (probe id, build id) pairs of equal keys, partition by partition (each side's
+/// partitions between its `offsets`), sorted: what a co-partition join finds.
+fn nested_loop(
+    (probe_offsets, build_offsets): (&[u64], &[u64]),
+    (probe_keys, build_keys): (&[u32], &[u32]),
+    (probe_ids, build_ids): (&[u32], &[u64]),
+) -> Vec<(u32, u64)> {
+    let mut want = Vec::new();
+    for (p, r) in probe_offsets.windows(2).zip(build_offsets.windows(2)) {
+        for i in p[0] as usize..p[1] as usize {
+            for j in r[0] as usize..r[1] as usize {
+                if probe_keys[i] == build_keys[j] {
+                    want.push((probe_ids[i], build_ids[j]));
+                }
+            }
+        }
+    }
+    want.sort_unstable();
+    want
+}
+
+/// The join of `probe` and `build` (ids through maps: 4-byte probe ids, 8-byte build ids) with
+/// the build ids as words of two halves, then with a second carried column beside each side's
+/// ids: the pairs equal `want` both ways, each side's two columns row-aligned.
+fn split_words_and_second_columns(
+    b: &CpuBackend,
+    (probe, build): (CoSide<'_, CpuBackend, u32>, CoSide<'_, CpuBackend, u32>),
+    (probe_ids, build_ids): (&[u32], &[u64]),
+    want: &[(u32, u64)],
+) {
+    let pairs = CoWant::default().with_pairs(true);
+    let split = b
+        .copartition_join(&probe, &build.with_split_words(true), pairs)
+        .unwrap();
+    let Some(([Column::U32(sl)], [Column::U32(lo), Column::U32(hi)])) =
+        split.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
+        panic!("a u32 probe column and two u32 build halves expected");
+    };
+    let mut got: Vec<(u32, u64)> = (0..sl.len())
+        .map(|i| (sl[i], u64::from(lo[i]) | u64::from(hi[i]) << 32))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    let probe_second = Column::U32(probe_ids.iter().map(|&i| i + 1000).collect());
+    let build_second = Column::U64(build_ids.iter().map(|&i| !i).collect());
+    let two = b
+        .copartition_join(
+            &probe.with_second(Some(&probe_second)),
+            &build.with_second(Some(&build_second)),
+            pairs,
+        )
+        .unwrap();
+    let Some(([Column::U32(p1), Column::U32(p2)], [Column::U64(b1), Column::U64(b2)])) =
+        two.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
+    else {
+        panic!("two probe columns and two build columns of the ids' widths expected");
+    };
+    let mut got: Vec<(u32, u64)> = (0..p1.len())
+        .map(|i| {
+            assert_eq!((p2[i], b2[i]), (p1[i] + 1000, !b1[i]), "row {i}");
+            (p1[i], b1[i])
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+}
+
 /// The trait on hand-made pieces: two partitions, build pieces of 2 rows, probe pieces of 3,
 /// ids through maps (4-byte probe ids, 8-byte build ids), flags, split words and second
 /// columns; pairs equal the per-partition nested loop. Signed ids are refused.
@@ -162,8 +230,9 @@ fn copartition_join_on_hand_made_pieces() {
     // Partition 0: rows 0..5, partition 1: rows 5..7 (build); 0..4 and 4..9 (probe).
     let build_keys: Vec<u32> = vec![1, 2, 1, 3, 1, 9, 9];
     let probe_keys: Vec<u32> = vec![1, 4, 3, 1, 9, 9, 2, 9, 0];
-    let bp = b.contiguous_pieces(&vec![0, 5, 7], 2).unwrap();
-    let pp = b.contiguous_pieces(&vec![0, 4, 9], 3).unwrap();
+    let (build_offsets, probe_offsets) = (vec![0, 5, 7], vec![0, 4, 9]);
+    let bp = b.contiguous_pieces(&build_offsets, 2).unwrap();
+    let pp = b.contiguous_pieces(&probe_offsets, 3).unwrap();
     assert_eq!(bp.offsets, vec![0, 3, 4]);
     assert_eq!(bp.len, vec![2, 2, 1, 2]);
     assert_eq!((bp.max_per_partition, bp.max_len, bp.rows), (3, 2, 7));
@@ -180,59 +249,13 @@ fn copartition_join_on_hand_made_pieces() {
     let signed = Column::I32(vec![0i32; 7]);
     let refused = b.copartition_join(&probe, &build.with_ids(Some(&signed)), want_all);
     assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
-    let mut want = Vec::new();
-    for (lo, hi, plo, phi) in [(0, 5, 0, 4), (5, 7, 4, 9)] {
-        for p in plo..phi {
-            for r in lo..hi {
-                if probe_keys[p] == build_keys[r] {
-                    want.push((probe_ids[p], build_ids[r]));
-                }
-            }
-        }
-    }
-    want.sort_unstable();
+    let want = nested_loop(
+        (&probe_offsets, &build_offsets),
+        (&probe_keys, &build_keys),
+        (&probe_ids, &build_ids),
+    );
     assert_eq!(sorted_id_pairs(&out), want);
-    // The build ids as words of two halves: the same pairs, the halves in two u32 columns.
-    let split = b
-        .copartition_join(
-            &probe,
-            &build.with_split_words(true),
-            want_all.with_flags(None),
-        )
-        .unwrap();
-    let Some(([Column::U32(sl)], [Column::U32(lo), Column::U32(hi)])) =
-        split.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
-    else {
-        panic!("a u32 probe column and two u32 build halves expected");
-    };
-    let mut got: Vec<(u32, u64)> = (0..sl.len())
-        .map(|i| (sl[i], u64::from(lo[i]) | u64::from(hi[i]) << 32))
-        .collect();
-    got.sort_unstable();
-    assert_eq!(got, want);
-    // A second carried column beside each side's ids: the same pairs, each side's two columns.
-    let probe_second = Column::U32(probe_ids.iter().map(|&i| i + 1000).collect());
-    let build_second = Column::U64(build_ids.iter().map(|&i| !i).collect());
-    let two = b
-        .copartition_join(
-            &probe.with_second(Some(&probe_second)),
-            &build.with_second(Some(&build_second)),
-            want_all.with_flags(None),
-        )
-        .unwrap();
-    let Some(([Column::U32(p1), Column::U32(p2)], [Column::U64(b1), Column::U64(b2)])) =
-        two.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
-    else {
-        panic!("two probe columns and two build columns of the ids' widths expected");
-    };
-    let mut got: Vec<(u32, u64)> = (0..p1.len())
-        .map(|i| {
-            assert_eq!((p2[i], b2[i]), (p1[i] + 1000, !b1[i]), "row {i}");
-            (p1[i], b1[i])
-        })
-        .collect();
-    got.sort_unstable();
-    assert_eq!(got, want);
+    split_words_and_second_columns(&b, (probe, build), (&probe_ids, &build_ids), &want);
     // Refused: flags of a probe side of payload words (split or with a second column: flags
     // index ids), splitting 4-byte ids, a second column shorter than the keys, of another type
     // than the ids, or beside split words.
@@ -243,6 +266,9 @@ fn copartition_join_on_hand_made_pieces() {
         assert!(matches!(refused.err(), Some(Error::InvalidArgument(_))));
     }
     let no_flags = want_all.with_flags(None);
+    // Second columns of each type, and one too short.
+    let probe_second = Column::U32(vec![0; probe_keys.len()]);
+    let build_second = Column::U64(vec![0; probe_keys.len()]);
     let short_second = Column::U32(vec![0; probe_keys.len() - 1]);
     let refused = b.copartition_join(&probe.with_second(Some(&short_second)), &build, no_flags);
     assert!(matches!(refused.err(), Some(Error::LengthMismatch { .. })));
@@ -356,21 +382,16 @@ fn copartition_join_writes_the_pairs_its_regions_cannot_hold() {
         // 8, probe 8, 9, 8.
         let build_keys: Vec<u32> = [vec![5; 12], vec![7, 8]].concat();
         let probe_keys: Vec<u32> = [vec![5; 12], vec![8, 9, 8]].concat();
-        let bp = b.contiguous_pieces(&vec![0, 12, 14], 5).unwrap();
-        let pp = b.contiguous_pieces(&vec![0, 12, 15], 3).unwrap();
+        let (build_offsets, probe_offsets) = (vec![0, 12, 14], vec![0, 12, 15]);
+        let bp = b.contiguous_pieces(&build_offsets, 5).unwrap();
+        let pp = b.contiguous_pieces(&probe_offsets, 3).unwrap();
         let build_ids: Vec<u64> = (0..14).map(|i| (1 << 40) + 100 + i).collect();
         let probe_ids: Vec<u32> = (0..15).map(|i| 1000 + i).collect();
-        let mut want = Vec::new();
-        for (lo, hi, plo, phi) in [(0, 12, 0, 12), (12, 14, 12, 15)] {
-            for p in plo..phi {
-                for r in lo..hi {
-                    if probe_keys[p] == build_keys[r] {
-                        want.push((probe_ids[p], build_ids[r]));
-                    }
-                }
-            }
-        }
-        want.sort_unstable();
+        let want = nested_loop(
+            (&probe_offsets, &build_offsets),
+            (&probe_keys, &build_keys),
+            (&probe_ids, &build_ids),
+        );
         assert_eq!(want.len(), 146);
         let (probe_col, build_col) = (
             Column::U32(probe_ids.clone()),
@@ -387,46 +408,7 @@ fn copartition_join_writes_the_pairs_its_regions_cannot_hold() {
         let flagged: Vec<usize> = (0..flags.len()).filter(|&i| flags[i] == 1).collect();
         let matched: Vec<usize> = (1000..1012).chain([1012, 1014]).collect();
         assert_eq!(flagged, matched);
-        // The build ids as two halves, and a second column a side.
-        let split = b
-            .copartition_join(
-                &probe,
-                &build.with_split_words(true),
-                CoWant::default().with_pairs(true),
-            )
-            .unwrap();
-        let Some(([Column::U32(p)], [Column::U32(lo), Column::U32(hi)])) =
-            split.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
-        else {
-            panic!("a u32 probe column and two u32 build halves expected");
-        };
-        let mut got: Vec<(u32, u64)> = (0..p.len())
-            .map(|i| (p[i], u64::from(lo[i]) | u64::from(hi[i]) << 32))
-            .collect();
-        got.sort_unstable();
-        assert_eq!(got, want);
-        let probe_second = Column::U32(probe_ids.iter().map(|&i| i + 7).collect());
-        let build_second = Column::U64(build_ids.iter().map(|&i| !i).collect());
-        let two = b
-            .copartition_join(
-                &probe.with_second(Some(&probe_second)),
-                &build.with_second(Some(&build_second)),
-                CoWant::default().with_pairs(true),
-            )
-            .unwrap();
-        let Some(([Column::U32(p1), Column::U32(p2)], [Column::U64(b1), Column::U64(b2)])) =
-            two.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
-        else {
-            panic!("two probe columns and two build columns expected");
-        };
-        let mut got: Vec<(u32, u64)> = (0..p1.len())
-            .map(|i| {
-                assert_eq!((p2[i], b2[i]), (p1[i] + 7, !b1[i]), "row {i}");
-                (p1[i], b1[i])
-            })
-            .collect();
-        got.sort_unstable();
-        assert_eq!(got, want);
+        split_words_and_second_columns(&b, (probe, build), (&probe_ids, &build_ids), &want);
     });
 }
 
