@@ -418,7 +418,8 @@ static CPU_LIMITS: [AtomicUsize; 2] = [
 /// Sets the CPU backend's build piece capacity and probe chunk, which the partitioned joins cut
 /// their pieces by (process-wide; for tuning to a machine's caches, and for tests that want
 /// many pieces from small inputs). Results do not depend on them, and joins running meanwhile
-/// stay correct. Returns the previous values.
+/// stay correct; `Algorithm::Auto`'s CPU choice does (its small sides are counted in PHJ-OM's
+/// partitions, half a build piece each). Returns the previous values.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a capacity of 0 or above [`MAX_BUILD_CAPACITY`], or a chunk
@@ -967,10 +968,14 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     let tasks: Vec<&[(u32, u32)]> = items.chunks(per_task).collect();
     let exact = exact.filter(|e| e.len() == tasks.len());
     let regions: Vec<usize> = match exact {
-        Some(e) => e.iter().map(|&t| t as usize).collect(),
+        Some(e) => (e.iter().map(|&t| usize::try_from(t)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| Error::SizeOverflow("join output rows"))?,
         None => tasks.iter().map(|t| item_probe_rows(t, sides.pp)).collect(),
     };
-    let room: usize = regions.iter().sum();
+    let room = (regions.iter())
+        .try_fold(0usize, |room, &r| room.checked_add(r))
+        .ok_or(Error::SizeOverflow("join output rows"))?;
     // Regions of exact counts, or of probe rows while they stay within a few times the probe
     // side (many build pieces per partition multiply them) and within the pairs the caller
     // takes; otherwise every pair waits for the write pass.

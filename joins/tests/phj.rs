@@ -141,14 +141,19 @@ fn plain_side<'a>(
     CoSide::new(keys, pieces).with_ids(ids)
 }
 
-/// The (probe, build) id pairs of a join of u32 probe ids and u64 build ids, sorted.
-fn sorted_id_pairs(joined: &CoJoined<CpuBackend>) -> Vec<(u32, u64)> {
+/// The (probe, build) id pairs of a join of u32 probe ids and u64 build ids, in output order.
+fn id_pairs(joined: &CoJoined<CpuBackend>) -> Vec<(u32, u64)> {
     let Some(([Column::U32(pl)], [Column::U64(pr)])) =
         joined.pairs.as_ref().map(|(p, b)| (&p[..], &b[..]))
     else {
         panic!("pairs of the ids' widths expected");
     };
-    let mut got: Vec<(u32, u64)> = pl.iter().copied().zip(pr.iter().copied()).collect();
+    pl.iter().copied().zip(pr.iter().copied()).collect()
+}
+
+/// [`id_pairs`], sorted.
+fn sorted_id_pairs(joined: &CoJoined<CpuBackend>) -> Vec<(u32, u64)> {
+    let mut got = id_pairs(joined);
     got.sort_unstable();
     got
 }
@@ -362,8 +367,6 @@ fn copartition_join_on_hand_made_pieces() {
     ));
 }
 
-/// PHJ-UM with more partitions than one bucket-chain pass offers takes the radix partition
-/// instead (still GFUR); both equal the reference.
 /// The CPU match's write pass: in the first partition every probe row matches every build row,
 /// so a task's region (its probe rows) runs out inside an item and the rest is written from
 /// that probe row on, over the next item of the same build piece (a pool of one thread: two
@@ -409,9 +412,53 @@ fn copartition_join_writes_the_pairs_its_regions_cannot_hold() {
         let matched: Vec<usize> = (1000..1012).chain([1012, 1014]).collect();
         assert_eq!(flagged, matched);
         split_words_and_second_columns(&b, (probe, build), (&probe_ids, &build_ids), &want);
+        // A row that would still fit after one that did not goes to the write pass too, so the
+        // pairs keep the walk's order: a region of 3 rows, the first row's 2 pairs fit, the
+        // second's do not, the third's 1 would.
+        let (offsets, keys) = (vec![0, 3], vec![5u32, 5, 6]);
+        let pieces = b.contiguous_pieces(&offsets, 3).unwrap();
+        let (ids, build_ids) = (Column::U32(vec![0, 1, 2]), Column::U64(vec![10, 11, 12]));
+        let pairs_of = |probe, build| {
+            b.copartition_join(&probe, &build, CoWant::default().with_pairs(true))
+                .unwrap()
+        };
+        let out = pairs_of(
+            plain_side(&keys, &pieces, Some(&ids)),
+            plain_side(&keys, &pieces, Some(&build_ids)),
+        );
+        assert_eq!(
+            id_pairs(&out),
+            [(0, 11), (0, 10), (1, 11), (1, 10), (2, 12)]
+        );
+        // Regions past twice the probe side (10 build pieces meet a partition of 600 probe
+        // rows): no region, every pair from the write pass.
+        let (build_offsets, probe_offsets) = (vec![0, 20], vec![0, 600]);
+        let build_keys = vec![5u32; 20];
+        let probe_keys: Vec<u32> = (0..600).map(|i| if i % 60 == 0 { 5 } else { 6 }).collect();
+        let bp = b.contiguous_pieces(&build_offsets, 2).unwrap();
+        let pp = b.contiguous_pieces(&probe_offsets, 600).unwrap();
+        let build_ids: Vec<u64> = (0..20).map(|i| 1 << 33 | i).collect();
+        let probe_ids: Vec<u32> = (0..600).collect();
+        let (probe_col, build_col) = (
+            Column::U32(probe_ids.clone()),
+            Column::U64(build_ids.clone()),
+        );
+        let out = pairs_of(
+            plain_side(&probe_keys, &pp, Some(&probe_col)),
+            plain_side(&build_keys, &bp, Some(&build_col)),
+        );
+        let want = nested_loop(
+            (&probe_offsets, &build_offsets),
+            (&probe_keys, &build_keys),
+            (&probe_ids, &build_ids),
+        );
+        assert_eq!(want.len(), 200);
+        assert_eq!(sorted_id_pairs(&out), want);
     });
 }
 
+/// PHJ-UM with more partitions than one bucket-chain pass offers takes the radix partition
+/// instead (still GFUR); both equal the reference.
 #[test]
 fn phj_um_beyond_the_bucket_chain_fanout() {
     set_cpu_phj_limits(2, 3).unwrap();
