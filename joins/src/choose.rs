@@ -24,7 +24,7 @@
 //!   whose PHJ-OM writes a partition's pairs with one task (so it needs a partition a
 //!   thread) and no longer slows with runs, an inner or left outer join on a small side
 //!   (fewer PHJ-OM partitions than threads, [`ChoiceParams::small_side`]) runs SMJ-OM from 48
-//!   rows a key, below NPHJ-chained (left outer joins, and inner joins below 6 rows a key)
+//!   rows a key, below NPHJ-chained (left outer joins, and inner joins below 3 rows a key)
 //!   or PHJ-OM; on more rows inner joins run PHJ-OM at any rows a key and left outer joins
 //!   SMJ-OM from 96;
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
@@ -106,13 +106,13 @@ const CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY: f64 = 48.0;
 const CPU_OUTER_MERGE_ROWS_PER_KEY: f64 = 96.0;
 
 /// Right rows a key below which an inner join on a small CPU side runs NPHJ-chained rather
-/// than PHJ-OM, between the 4 and 8 measured on either side: at 2 a key NPHJ-chained led by
-/// 1.06-1.6× (2^14 on 4, 8, 16 threads), at 4 it trailed by at most 1.07× in eight runs and led
-/// by up to 1.25× (2^16 on 16 threads: 2.58 ms against 3.23), from 8 PHJ-OM led (2^17 on 16
-/// threads: 4.25-4.62 ms against 5.16-6.00). Left outer joins keep NPHJ-chained up to
-/// [`CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY`] (2^16 on 16 threads: 1.1-1.3× ahead of PHJ-OM from 2
-/// to 32).
-const CPU_CHAINED_INNER_ROWS_PER_KEY: f64 = 6.0;
+/// than PHJ-OM: at 2 a key NPHJ-chained led by 1.06-1.6× (2^14 on 4, 8, 16 threads), at 4 the
+/// two trade places (2^16 on 16 threads NPHJ-chained up to 1.25× ahead; 2^14 and 2^15 on 4
+/// threads and 2^17 on 16 PHJ-OM up to 1.23× ahead), from 8 PHJ-OM led (2^17 on 16 threads:
+/// 4.25-4.62 ms against 5.16-6.00). 6 instead of 3 picked no better over the session's runs.
+/// Left outer joins keep NPHJ-chained up to [`CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY`] (2^16 on 16
+/// threads: 1.1-1.3× ahead of PHJ-OM from 2 to 32).
+const CPU_CHAINED_INNER_ROWS_PER_KEY: f64 = 3.0;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -1148,7 +1148,7 @@ mod tests {
         ];
         expect(&few_threads, &few);
         // 16 threads: up to 2^17 right rows (8 partitions) SMJ-OM from 48 rows a key, below
-        // NPHJ-chained for left outer joins and inner joins of fewer than 6 rows a key, PHJ-OM
+        // NPHJ-chained for left outer joins and inner joins of fewer than 3 rows a key, PHJ-OM
         // for the others; beyond, as with no small side.
         let many = ChoiceParams {
             small_side_max_right_rows: small_side_rows(16, half_piece),
@@ -1157,8 +1157,8 @@ mod tests {
         let many_threads = [
             (1 << 16, 1.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 16, 2.0, LeftOuter, NphjChained, Why::SmallRightSide),
-            (1 << 16, 5.9, Inner, NphjChained, Why::SmallRightSide),
-            (1 << 16, 6.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 16, 2.9, Inner, NphjChained, Why::SmallRightSide),
+            (1 << 16, 3.0, Inner, PhjOm, Why::Partitioned),
             (1 << 17, 32.0, Inner, PhjOm, Why::Partitioned),
             (1 << 17, 47.0, LeftOuter, NphjChained, Why::SmallRightSide),
             (1 << 16, 48.0, Inner, SmjOm, Why::ManyRowsPerKey),
