@@ -192,7 +192,7 @@ impl LowWordsPartition for CpuBackend {
             RowNames::None | RowNames::Members => RowIds::None,
         };
         let members = match names {
-            RowNames::Members => Some(cpu_members(&low, fanout, digit)),
+            RowNames::Members => Some(cpu_members(&low, fanout, digit)?),
             RowNames::None | RowNames::Ids { .. } => None,
         };
         let p = cpu_stable_partition(&low, &[], ids, fanout, digit)?;
@@ -228,15 +228,15 @@ impl LowWordsPartition for CpuBackend {
             let words = &members[at..at + run.words];
             at += run.words;
             let first = run.first_id;
-            let set: Vec<u32> = words
-                .par_iter()
-                .enumerate()
-                .with_min_len(PARALLEL_THRESHOLD / 32)
-                .flat_map_iter(|(w, &word)| {
-                    set_bits(word).map(move |b| first.wrapping_add((w * 32 + b) as u32))
-                })
-                .collect();
-            ids.extend(set);
+            ids.par_extend(
+                words
+                    .par_iter()
+                    .enumerate()
+                    .with_min_len(PARALLEL_THRESHOLD / 32)
+                    .flat_map_iter(|(w, &word)| {
+                        set_bits(word).map(move |b| first.wrapping_add((w * 32 + b) as u32))
+                    }),
+            );
         }
         if ids.len() != rows {
             return Err(Error::Corrupt(format!(
@@ -260,16 +260,20 @@ fn set_bits(mut word: u32) -> impl Iterator<Item = usize> {
 }
 
 /// [`LowWords::members`] of the low words `low` and their partitions by `digit`.
-fn cpu_members(low: &[u32], fanout: usize, digit: impl Fn(u32) -> usize + Sync) -> Vec<u32> {
+fn cpu_members(
+    low: &[u32],
+    fanout: usize,
+    digit: impl Fn(u32) -> usize + Sync,
+) -> Result<Vec<u32>> {
     let words = member_words(low.len());
     let digits: Vec<u8> = low
         .par_iter()
         .with_min_len(PARALLEL_THRESHOLD)
         .map(|&k| digit(k) as u8)
         .collect();
-    let mut out = vec![0u32; fanout * words];
+    let mut out = joinkit_cuda::try_zeroed::<u32>(fanout * words)?;
     if words == 0 {
-        return out;
+        return Ok(out);
     }
     out.par_chunks_mut(words)
         .enumerate()
@@ -285,7 +289,7 @@ fn cpu_members(low: &[u32], fanout: usize, digit: impl Fn(u32) -> usize + Sync) 
                         .fold(0, |acc, (b, _)| acc | 1 << b);
                 });
         });
-    out
+    Ok(out)
 }
 
 #[cfg(feature = "cuda")]

@@ -738,8 +738,7 @@ where
     flight.bitmaps.push(m.bitmaps);
     let (received, words) = settle(comm, "moving the membership bitmaps", moved)?;
     flight.bitmaps.push(received);
-    let away = counts.iter().enumerate().filter(|&(p, _)| p != comm.rank());
-    let raw = away.map(|(_, &c)| (c * size_of::<u32>()) as u64).sum();
+    let raw = bytes_away(comm.rank(), &counts, size_of::<u32>());
     traffic.add_members(wire.side, raw, sent);
     let runs = (words.iter().zip(&m.first_ids))
         .map(|(&words, &first_id)| MemberRun { words, first_id })
