@@ -122,6 +122,10 @@ pub type Received<B, T> = (<B as Backend>::Buf<T>, Vec<usize>);
 /// how many rows came from each rank.
 pub type ReceivedColumns<B> = (Vec<Column<B>>, Vec<usize>);
 
+/// A table [`Communicator::all_to_all_v_tables`] moves: its columns, and its rows for each rank
+/// (grouped by rank, in rank order).
+pub type TableToSend<'a, 'c, B> = (&'a [ColumnRef<'c, B>], &'a [usize]);
+
 /// How [`Communicator::all_reduce`] combines the ranks' values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
@@ -291,6 +295,28 @@ pub trait Communicator: Send + Sized {
             )?;
         }
         Ok((out, counts))
+    }
+
+    /// [`Communicator::all_to_all_v_columns`] of several tables at once, each with its own send
+    /// counts (`tables[t]`: its columns, and its rows for each rank); what came back for each
+    /// table, in order. A transport may exchange every table's counts and agree on the
+    /// receives once: the copy engines' ranks then meet four times for all the tables instead
+    /// of four times for each, and every meeting leaves the ranks' streams without queued
+    /// work while their hosts wait for each other (a shuffle's keys and their membership
+    /// bitmaps: two tables of different lengths). The default moves table after table.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_to_all_v_columns`], for any table.
+    fn all_to_all_v_tables(
+        &self,
+        backend: &Self::Backend,
+        tables: &[TableToSend<'_, '_, Self::Backend>],
+    ) -> Result<Vec<ReceivedColumns<Self::Backend>>> {
+        // Every table moves, whatever happened to the ones before (collectives stay in step).
+        let moved: Vec<_> = (tables.iter())
+            .map(|&(columns, send_counts)| self.all_to_all_v_columns(backend, columns, send_counts))
+            .collect();
+        moved.into_iter().collect()
     }
 
     /// As [`Communicator::all_gather_v`], with the freedom of

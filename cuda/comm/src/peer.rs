@@ -23,7 +23,8 @@ use joinkit_cuda::{ColumnRef, CudaBackend, DeviceBuffer, Element, Error, Result}
 
 use crate::device::{POISON, alloc_like, column_parts, one_column, table_rows};
 use crate::{
-    CommConfig, Communicator, LocalComm, LocalWorld, ReceivedColumns, send_offsets, total,
+    CommConfig, Communicator, LocalComm, LocalWorld, ReceivedColumns, TableToSend, send_offsets,
+    total,
 };
 
 /// One rank of a [`PeerComm`] world: a [`Communicator`] over [`CudaBackend`] buffers.
@@ -116,6 +117,46 @@ fn grant_peer_access(backends: &[CudaBackend]) -> Result<()> {
     Ok(())
 }
 
+/// A table's pushes: its columns' (address, rows, width) and its (start row, rows) for each
+/// peer.
+type Pushed<'a> = (&'a [(CUdeviceptr, usize, usize)], &'a [(usize, usize)]);
+
+/// A table [`PeerComm::exchange`] moves: its columns, and the rows for each peer (`sends[p]` =
+/// start row, rows).
+struct Outgoing<'c, 'b> {
+    columns: &'c [ColumnRef<'b, CudaBackend>],
+    sends: Vec<(usize, usize)>,
+}
+
+impl<'c, 'b> Outgoing<'c, 'b> {
+    /// The tables of an all-to-all among `size` ranks (each table's columns, and its rows for
+    /// each rank in rank order), and the verdict on them: the first table's bad counts or
+    /// columns of different lengths; such a table sends nothing.
+    fn all_to_all(
+        size: usize,
+        tables: &[TableToSend<'c, 'b, CudaBackend>],
+    ) -> (Vec<Self>, Result<()>) {
+        let mut checked = Ok(());
+        let outgoing = (tables.iter())
+            .map(|&(columns, send_counts)| {
+                let at = table_rows(&column_parts(columns))
+                    .and_then(|rows| send_offsets(size, send_counts, rows));
+                let sends = match at {
+                    Ok(at) => at.iter().zip(send_counts).map(|(&a, &n)| (a, n)).collect(),
+                    Err(e) => {
+                        if checked.is_ok() {
+                            checked = Err(e);
+                        }
+                        vec![(0, 0); size]
+                    }
+                };
+                Self { columns, sends }
+            })
+            .collect();
+        (outgoing, checked)
+    }
+}
+
 impl PeerComm {
     /// The first pair of `backends`' GPUs (ordinals) of which the first cannot map the
     /// second's memory, or `None` when every pair can: what [`PeerComm::init_all`] needs, and
@@ -205,71 +246,84 @@ impl PeerComm {
         }
     }
 
-    /// Moves rows of `columns`, `sends[p]` = (start row, rows) to peer `p`, into receive
-    /// columns allocated like them, each peer's rows in rank order. `checked` is the caller's
-    /// verdict on its input: a rank with bad input sends [`POISON`] counts, so every rank
-    /// fails instead of waiting for it.
+    /// Moves every table of `tables`: the rows `sends[p]` = (start row, rows) of its columns to
+    /// peer `p`, into receive columns allocated like them, each peer's rows in rank order.
+    /// `checked` is the caller's verdict on its input: a rank with bad input sends [`POISON`]
+    /// counts, so every rank fails instead of waiting for it.
     ///
-    /// Four meetings of the ranks: the counts and column widths; the receive buffers'
-    /// addresses and each rank's ready event, or its failure to allocate (then no one pushes);
-    /// each rank's push events, which the receiver's stream waits on; and one once every rank
-    /// has queued those waits (so no event is destroyed before it). A rank that failed to
-    /// queue its pushes waits for the ones it queued before the third meeting, so no buffer is
-    /// freed while a push may still read or write it. A meeting that fails (a peer gone or
-    /// past the time limit) leaves the receive buffers allocated and the communicator broken.
+    /// Four meetings of the ranks, however many tables: the counts and column widths; the
+    /// receive buffers' addresses and each rank's ready event, or its failure to allocate
+    /// (then no one pushes); each rank's push events, which the receiver's stream waits on;
+    /// and one once every rank has queued those waits (so no event is destroyed before it).
+    /// A rank that failed to queue its pushes waits for the ones it queued before the third
+    /// meeting, so no buffer is freed while a push may still read or write it. A meeting that
+    /// fails (a peer gone or past the time limit) leaves the receive buffers allocated and the
+    /// communicator broken.
     fn exchange(
         &self,
         op: &'static str,
         backend: &CudaBackend,
-        columns: &[ColumnRef<'_, CudaBackend>],
-        sends: &[(usize, usize)],
+        tables: &[Outgoing<'_, '_>],
         checked: Result<()>,
-    ) -> Result<ReceivedColumns<CudaBackend>> {
+    ) -> Result<Vec<ReceivedColumns<CudaBackend>>> {
         self.live(op)?;
         let (me, size) = (self.rank(), self.size());
-        let parts = column_parts(columns);
+        let parts: Vec<_> = tables.iter().map(|t| column_parts(t.columns)).collect();
         let checked = checked.and_then(|()| self.check_backend(backend));
-        // Rows for each rank, then the columns' widths: ranks must send alike tables (a
-        // different number of columns is a different length, which the gather refuses).
+        // Rows for each rank by table, then each table's columns and their widths: ranks must
+        // send alike tables (a different number of columns is a different length, which the
+        // gather refuses).
+        let counted = size * tables.len();
         let header: Vec<u64> = match &checked {
-            Ok(()) => sends.iter().map(|&(_, rows)| rows as u64).collect(),
-            Err(_) => vec![POISON; size],
+            Ok(()) => (tables.iter())
+                .flat_map(|t| t.sends.iter().map(|&(_, rows)| rows as u64))
+                .collect(),
+            Err(_) => vec![POISON; counted],
         }
         .into_iter()
-        .chain(parts.iter().map(|p| p.2 as u64))
+        .chain(parts.iter().map(|p| p.len() as u64))
+        .chain(parts.iter().flatten().map(|p| p.2 as u64))
         .collect();
         let all = self.meet(self.host.all_gather(&header))?;
         checked?;
-        let rows: Vec<&[u64]> = all.chunks(size + parts.len()).collect();
-        if let Some(rank) = rows.iter().position(|r| r[..size].contains(&POISON)) {
+        let rows: Vec<&[u64]> = all.chunks(header.len()).collect();
+        if let Some(rank) = rows.iter().position(|r| r[..counted].contains(&POISON)) {
             return Err(Error::PeerFailed { rank, op });
         }
-        if rows.iter().any(|r| r[size..] != rows[me][size..]) {
+        if rows.iter().any(|r| r[counted..] != rows[me][counted..]) {
             return Err(Error::RanksDisagree(format!(
-                "{op}: column widths {:?}",
-                rows.iter().map(|r| &r[size..]).collect::<Vec<_>>()
+                "{op}: tables' columns and widths {:?}",
+                rows.iter().map(|r| &r[counted..]).collect::<Vec<_>>()
             )));
         }
-        let count = |from: usize, to: usize| usize::try_from(rows[from][to]).unwrap_or(usize::MAX);
-        let recv_counts: Vec<usize> = (0..size).map(|from| count(from, me)).collect();
-        let local = total(&recv_counts)
-            .and_then(|n| alloc_like(backend, columns, n))
+        let count = |table: usize, from: usize, to: usize| {
+            usize::try_from(rows[from][table * size + to]).unwrap_or(usize::MAX)
+        };
+        let recv_counts: Vec<Vec<usize>> = (0..tables.len())
+            .map(|t| (0..size).map(|from| count(t, from, me)).collect())
+            .collect();
+        let local = (tables.iter().zip(&recv_counts))
+            .map(|(t, counts)| total(counts).and_then(|n| alloc_like(backend, t.columns, n)))
+            .collect::<Result<Vec<_>>>()
             .and_then(|cols| {
                 self.ready
                     .record(backend.stream())
                     .map_err(joinkit_cuda::driver("recording the ready event"))?;
                 Ok(cols)
             });
-        // A failure word, the ready event, the columns' addresses.
+        // A failure word, the ready event, every table's columns' addresses.
+        let columns = parts.iter().map(Vec::len).sum::<usize>();
         let words: Vec<u64> = match &local {
-            Ok(cols) => [0, self.ready.cu_event() as u64]
+            Ok(tables) => [0, self.ready.cu_event() as u64]
                 .into_iter()
                 .chain(
-                    cols.iter()
+                    tables
+                        .iter()
+                        .flatten()
                         .map(|c| joinkit_cuda::each_column!(c, b => b.device_ptr())),
                 )
                 .collect(),
-            Err(_) => [1, 0].into_iter().chain(parts.iter().map(|_| 0)).collect(),
+            Err(_) => [1, 0].into_iter().chain((0..columns).map(|_| 0)).collect(),
         };
         let peers = match self.meet(self.host.all_gather(&words)) {
             Ok(all) => all,
@@ -280,12 +334,15 @@ impl PeerComm {
             }
         };
         let received = local?;
-        let peers: Vec<&[u64]> = peers.chunks(2 + parts.len()).collect();
+        let peers: Vec<&[u64]> = peers.chunks(2 + columns).collect();
         if let Some(rank) = peers.iter().position(|w| w[0] != 0) {
             return Err(Error::PeerFailed { rank, op });
         }
-        let queued = self.push(backend, &parts, sends, &peers, |p| {
-            (0..me).map(|from| count(from, p)).sum()
+        let sends: Vec<_> = (parts.iter().zip(tables))
+            .map(|(p, t)| (&p[..], &t.sends[..]))
+            .collect();
+        let queued = self.push(backend, &sends, &peers, |t, p| {
+            (0..me).map(|from| count(t, from, p)).sum()
         });
         let done: Vec<u64> = [u64::from(queued.is_err())]
             .into_iter()
@@ -323,7 +380,7 @@ impl PeerComm {
         if let Some(rank) = all_done.chunks(size + 1).position(|d| d[0] != 0) {
             return Err(Error::PeerFailed { rank, op });
         }
-        Ok((received, recv_counts))
+        Ok(received.into_iter().zip(recv_counts).collect())
     }
 
     /// Refuses a collective once the communicator is broken.
@@ -349,18 +406,17 @@ impl PeerComm {
     }
 
     /// Queues this rank's pushes: to each peer `p` (from the next rank on, so the ranks start
-    /// on different links), on lane `p` after this rank's and `p`'s ready events, every
-    /// column's rows `sends[p]` to row `landing(p)` of `p`'s receive columns (`peers[p]`: a
-    /// failure word, its ready event, then its columns' addresses); then the backend's stream
-    /// waits for them. On a failure, waits for every lane (the pushes queued before it must end
+    /// on different links), on lane `p` after this rank's and `p`'s ready events, for each
+    /// table `t` of `tables` (its columns' parts and sends), every column's rows `sends[p]` to
+    /// row `landing(t, p)` of `p`'s receive columns (`peers[p]`: a failure word, its ready
+    /// event, then every table's columns' addresses); then the backend's stream waits for them. On a failure, waits for every lane (the pushes queued before it must end
     /// before the peers, told of the failure, free their buffers).
     fn push(
         &self,
         backend: &CudaBackend,
-        parts: &[(CUdeviceptr, usize, usize)],
-        sends: &[(usize, usize)],
+        tables: &[Pushed<'_>],
         peers: &[&[u64]],
-        landing: impl Fn(usize) -> usize,
+        landing: impl Fn(usize, usize) -> usize,
     ) -> Result<()> {
         let check =
             |op: &'static str, code: CUresult| code.result().map_err(joinkit_cuda::driver(op));
@@ -371,7 +427,6 @@ impl PeerComm {
             let p = (self.rank() + k) % size;
             let (lane, done) = &self.lanes[p];
             let s: CUstream = lane.cu_stream();
-            let (start, rows) = sends[p];
             let copies = || -> Result<()> {
                 for ready in [self.ready.cu_event(), peers[p][1] as CUevent] {
                     // SAFETY: the events are live (this rank's, and `p`'s until the next
@@ -380,22 +435,26 @@ impl PeerComm {
                         sys::cuStreamWaitEvent(s, ready, 0)
                     })?;
                 }
-                for (&(src, _, width), &dst) in parts.iter().zip(&peers[p][2..]) {
-                    if rows == 0 {
-                        continue;
+                let mut dsts = peers[p][2..].iter();
+                for (t, &(parts, sends)) in tables.iter().enumerate() {
+                    let (start, rows) = sends[p];
+                    for (&(src, _, width), &dst) in parts.iter().zip(dsts.by_ref()) {
+                        if rows == 0 {
+                            continue;
+                        }
+                        // SAFETY: the source rows lie inside this rank's column (checked
+                        // against its length); the destination rows inside `p`'s, allocated
+                        // from the exchanged counts, which `p` keeps until its stream has
+                        // waited for this lane's event.
+                        check("pushing rows to a peer", unsafe {
+                            sys::cuMemcpyDtoDAsync_v2(
+                                dst + (landing(t, p) * width) as u64,
+                                src + (start * width) as u64,
+                                rows * width,
+                                s,
+                            )
+                        })?;
                     }
-                    // SAFETY: the source rows lie inside this rank's column (checked against
-                    // its length); the destination rows inside `p`'s, allocated from the
-                    // exchanged counts, which `p` keeps until its stream has waited for this
-                    // lane's event.
-                    check("pushing rows to a peer", unsafe {
-                        sys::cuMemcpyDtoDAsync_v2(
-                            dst + (landing(p) * width) as u64,
-                            src + (start * width) as u64,
-                            rows * width,
-                            s,
-                        )
-                    })?;
                 }
                 Ok(())
             };
@@ -465,13 +524,21 @@ impl Communicator for PeerComm {
         send_counts: &[usize],
     ) -> Result<ReceivedColumns<CudaBackend>> {
         const OP: &str = "all_to_all_v_columns";
-        let checked = table_rows(&column_parts(columns))
-            .and_then(|rows| send_offsets(self.size(), send_counts, rows));
-        let sends = match &checked {
-            Ok(at) => at.iter().zip(send_counts).map(|(&a, &n)| (a, n)).collect(),
-            Err(_) => vec![(0, 0); self.size()],
-        };
-        self.exchange(OP, backend, columns, &sends, checked.map(drop))
+        let (outgoing, checked) = Outgoing::all_to_all(self.size(), &[(columns, send_counts)]);
+        let moved = self.exchange(OP, backend, &outgoing, checked)?;
+        moved
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Corrupt(format!("{OP}: no table came back")))
+    }
+
+    fn all_to_all_v_tables(
+        &self,
+        backend: &CudaBackend,
+        tables: &[TableToSend<'_, '_, CudaBackend>],
+    ) -> Result<Vec<ReceivedColumns<CudaBackend>>> {
+        let (outgoing, checked) = Outgoing::all_to_all(self.size(), tables);
+        self.exchange("all_to_all_v_tables", backend, &outgoing, checked)
     }
 
     fn all_gather_v<T: Element>(
@@ -479,15 +546,16 @@ impl Communicator for PeerComm {
         backend: &CudaBackend,
         send: &DeviceBuffer<T>,
     ) -> Result<(DeviceBuffer<T>, Vec<usize>)> {
-        let sends = vec![(0, send.len()); self.size()];
-        let moved = self.exchange(
+        let outgoing = Outgoing {
+            columns: &[T::column_ref(send)],
+            sends: vec![(0, send.len()); self.size()],
+        };
+        let moved = self.exchange("all_gather_v", backend, &[outgoing], Ok(()))?;
+        let table = moved.into_iter().next();
+        one_column(
             "all_gather_v",
-            backend,
-            &[T::column_ref(send)],
-            &sends,
-            Ok(()),
-        );
-        one_column("all_gather_v", moved?)
+            table.ok_or_else(|| Error::Corrupt("all_gather_v: nothing came back".into()))?,
+        )
     }
 
     fn split(&self, color: usize, key: usize) -> Result<Self> {

@@ -18,7 +18,9 @@ use crate::shuffle::{
 };
 use crate::skew::{heavy_keys, split_heavy};
 use crate::stats::Span;
-use crate::wire::{Arrival, Level, Links, Pattern, Traffic, Wire, move_table, plan_wire};
+use crate::wire::{
+    Arrival, Level, Links, Pattern, Traffic, Wire, move_raw_tables, move_table, plan_wire,
+};
 use crate::{
     DistributedOptions, DistributedStats, GlobalRows, Placement, Shuffle, Skew, global_row,
     pipeline,
@@ -714,29 +716,43 @@ where
         return got.map(|t| (t, None));
     };
     let ranks = comm.size();
-    let keys = settle(
-        comm,
-        what,
-        match two {
-            None => move_table(
+    let words = vec![m.words; ranks];
+    let moved = match two {
+        // The keys and the bitmaps in one exchange: the copy engines' ranks meet once for
+        // both, leaving the compute stream idle for one round of meetings instead of two.
+        None if !wire.compresses() => {
+            let moved = move_raw_tables(
                 comm,
                 cb,
-                &table,
-                (Pattern::AllToAll(&counts), Arrival::RankOrder),
-                wire,
-                traffic,
-            ),
-            Some(_) => Err(Error::Corrupt(
+                (&table, &counts),
+                Some((&m.bitmaps, &words)),
+                (wire, traffic),
+            );
+            settle(comm, what, moved).and_then(|(keys, bitmaps)| {
+                let bitmaps = bitmaps.ok_or_else(|| Error::Corrupt("no bitmaps came back".into()));
+                Ok((keys, bitmaps?))
+            })
+        }
+        None => {
+            let pattern = (Pattern::AllToAll(&counts), Arrival::RankOrder);
+            let keys = move_table(comm, cb, &table, pattern, wire, traffic);
+            settle(comm, what, keys).and_then(|keys| {
+                let moved = comm.all_to_all_v(cb, &m.bitmaps, &words);
+                Ok((keys, settle(comm, "moving the membership bitmaps", moved)?))
+            })
+        }
+        Some(_) => settle(
+            comm,
+            what,
+            Err(Error::Corrupt(
                 "membership bitmaps on a two-level shuffle".into(),
             )),
-        },
-    );
+        ),
+    };
     flight.tables.push(table);
-    let keys = keys?;
-    let moved = comm.all_to_all_v(cb, &m.bitmaps, &vec![m.words; ranks]);
     let sent = m.bytes_away(ranks);
     flight.bitmaps.push(m.bitmaps);
-    let (received, words) = settle(comm, "moving the membership bitmaps", moved)?;
+    let (keys, (received, words)) = moved?;
     flight.bitmaps.push(received);
     let raw = bytes_away(comm.rank(), &counts, size_of::<u32>());
     traffic.add_members(wire.side, raw, sent);

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use joinkit::Table;
 use joinkit_codec::{Codec, CodecOptions, Scheme, SelectorConfig};
-use joinkit_comm::{Communicator, ReduceOp, total};
+use joinkit_comm::{Communicator, Received, ReduceOp, TableToSend, total};
 use joinkit_cuda::{
     Backend, Buffer, Column, ColumnRef, Element, Error, Key, Result, each_column, map_column,
 };
@@ -152,7 +152,7 @@ impl Wire {
         self.schemes.get(column).and_then(Option::as_ref)
     }
 
-    fn compresses(&self) -> bool {
+    pub(crate) fn compresses(&self) -> bool {
         self.schemes.iter().any(Option::is_some)
     }
 }
@@ -696,21 +696,64 @@ where
     C: Communicator,
     K: Key,
 {
+    move_raw_tables(comm, b, (table, send_counts), None, (wire, traffic)).map(|(t, _)| t)
+}
+
+/// Words to move beside a table, and how many go to each rank.
+pub(crate) type WordsToSend<'a, B> = (&'a <B as Backend>::Buf<u32>, &'a [usize]);
+
+/// A table received, and the words moved beside it with how many came from each rank.
+pub(crate) type TableAndWords<B, K> = (Table<B, K>, Option<Received<B, u32>>);
+
+/// [`move_raw_columns`] of `table` and, in the same [`Communicator::all_to_all_v_tables`],
+/// `words` with their own counts for each rank (a side's membership bitmaps): the transport's
+/// meetings once for both. The rows arrive as [`Communicator::all_to_all_v_columns`] delivers
+/// them (in rank order only where [`Communicator::any_order_is_rank_order`], which a caller
+/// naming rows by membership bitmaps checks). Returns the table received and the words with
+/// how many came from each rank; the words' bytes are the caller's to count.
+pub(crate) fn move_raw_tables<C, K>(
+    comm: &C,
+    b: &C::Backend,
+    (table, send_counts): (&Table<C::Backend, K>, &[usize]),
+    words: Option<WordsToSend<'_, C::Backend>>,
+    (wire, traffic): (&Wire, &mut Traffic),
+) -> Result<TableAndWords<C::Backend, K>>
+where
+    C: Communicator,
+    K: Key,
+{
     let columns: Vec<ColumnRef<'_, C::Backend>> = std::iter::once(K::column_ref(&table.keys))
         .chain(table.payloads.iter().map(Column::as_column_ref))
         .collect();
-    let (mut moved, _) = comm.all_to_all_v_columns(b, &columns, send_counts)?;
+    let word_column = words.map(|(w, counts)| ([u32::column_ref(w)], counts));
+    let tables: Vec<TableToSend<'_, '_, C::Backend>> = std::iter::once((&columns[..], send_counts))
+        .chain(word_column.as_ref().map(|(c, counts)| (&c[..], *counts)))
+        .collect();
+    let mut moved = comm.all_to_all_v_tables(b, &tables)?.into_iter();
+    let (mut moved_table, _) = moved
+        .next()
+        .ok_or_else(|| Error::Corrupt("no table came back".into()))?;
     let (me, ranks) = (comm.rank(), comm.size());
-    for (i, c) in moved.iter().enumerate() {
+    for (i, c) in moved_table.iter().enumerate() {
         let raw = Pattern::AllToAll(send_counts).away(send_counts, me, ranks, c.width());
         traffic.add(wire, i, raw, raw);
     }
-    let payloads = moved.split_off(1.min(moved.len()));
-    let keys = moved
+    let words = moved
+        .next()
+        .map(|(mut c, counts)| {
+            let w = c.pop().map(u32::from_column);
+            match w {
+                Some(Ok(w)) => Ok((w, counts)),
+                _ => Err(Error::Corrupt("words came back as another type".into())),
+            }
+        })
+        .transpose()?;
+    let payloads = moved_table.split_off(1.min(moved_table.len()));
+    let keys = moved_table
         .pop()
         .ok_or_else(|| Error::Corrupt("no key column came back".into()))
         .and_then(|k| {
             K::from_column(k).map_err(|_| Error::Corrupt("keys came back as another type".into()))
         })?;
-    Table::new(keys, payloads)
+    Ok((Table::new(keys, payloads)?, words))
 }

@@ -50,11 +50,46 @@ pub(crate) fn check_exchange<C: Communicator>(
         }
         _ => panic!("rank {me}: {} columns of other types", cols.len()),
     }
+    // Two tables in one call: those columns, and beside them a table of other counts (each
+    // rank sends `counts[to][me]` words to `to`: the transposed counts), each as if alone.
+    let words_to = |from: usize, to: usize| counts[to][from];
+    let word = |from: usize, to: usize, i: usize| ((from << 24) | (to << 16) | i) as u32;
+    let words: Vec<u32> = (0..ranks)
+        .flat_map(|to| (0..words_to(me, to)).map(move |i| word(me, to, i)))
+        .collect();
+    let words = b.upload(&words)?;
+    let word_counts: Vec<usize> = (0..ranks).map(|to| words_to(me, to)).collect();
+    let second = [ColumnRef::U32(&words)];
+    let moved = comm.all_to_all_v_tables(b, &[(&refs, &counts[me]), (&second, &word_counts)])?;
+    match &moved[..] {
+        [(first, got), (second, got_words)] => {
+            assert_eq!(got, &(0..ranks).map(|f| counts[f][me]).collect::<Vec<_>>());
+            match &first[..] {
+                [Column::U64(w), Column::U32(_)] => assert_eq!(b.download(w)?, want),
+                _ => panic!("rank {me}: the first table came back as other columns"),
+            }
+            let from: Vec<usize> = (0..ranks).map(|f| words_to(f, me)).collect();
+            assert_eq!(got_words, &from, "rank {me}");
+            let want_words: Vec<u32> = (0..ranks)
+                .flat_map(|f| (0..words_to(f, me)).map(move |i| word(f, me, i)))
+                .collect();
+            match &second[..] {
+                [Column::U32(w)] => assert_eq!(b.download(w)?, want_words, "rank {me}"),
+                _ => panic!("rank {me}: the second table came back as other columns"),
+            }
+        }
+        _ => panic!("rank {me}: {} tables came back", moved.len()),
+    }
     // A column shorter than the others: an error wherever one was passed (a peer's may
     // reach the others as theirs).
     let short = b.upload(&vec![0u32; send.len().saturating_sub(1)])?;
     let uneven = [ColumnRef::U64(&send), ColumnRef::U32(&short)];
     let r = comm.all_to_all_v_columns(b, &uneven, &counts[me]);
+    if !send.is_empty() {
+        assert!(r.is_err(), "rank {me}");
+    }
+    // The same as the second of two tables: the whole call fails.
+    let r = comm.all_to_all_v_tables(b, &[(&second, &word_counts), (&uneven, &counts[me])]);
     if !send.is_empty() {
         assert!(r.is_err(), "rank {me}");
     }
