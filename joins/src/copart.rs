@@ -8,7 +8,8 @@
 //! same partition: the item builds a small hash table from its build piece (in shared memory on
 //! the GPU, in cache on the CPU) and probes it with its probe piece. Every build piece is paired
 //! with every probe piece of its partition, so a skewed partition (a hot key, Zipf) is split
-//! into many bounded items instead of one unbounded one, and the join stays exact.
+//! into many bounded items instead of one unbounded one, and the join stays exact. (The CPU
+//! twin cuts probe pieces further where the items are too few for its threads.)
 //!
 //! The table of an item is open addressing with linear probing over slots that hold a key's
 //! newest row and its number of rows; equal keys are chained through a `next` array, so many
@@ -458,8 +459,50 @@ fn home<K: Key>(k: K, bits: u32) -> usize {
     (k.to_u64().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
 }
 
-/// The probe piece of a build-only item.
-const NO_PIECE: u32 = u32::MAX;
+/// A CPU work item: a build piece and the probe rows `begin..begin + len` it meets (a probe
+/// piece, or a sub-range of one: [`split_items`]; none: a build-only item, whose table build
+/// still checks the piece's keys for [`CoWant::unique_build`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Item {
+    build: u32,
+    begin: usize,
+    len: usize,
+}
+
+/// Fewest probe rows [`split_items`] cuts a range to: below a few thousand, a range's probing
+/// costs less than its task and its table's build (up to [`MAX_BUILD_CAPACITY`] rows), so
+/// tiny joins stay whole.
+const MIN_SPLIT_ROWS: usize = 4096;
+
+/// `items` with their probe rows cut into even ranges where they are fewer than the `threads`
+/// (a small build side in few partitions, each partition's probe rows in one piece: a few
+/// tasks write all the pairs while the other threads idle): about one range a thread, none
+/// under [`MIN_SPLIT_ROWS`] rows (16 threads, 2^16 ⋈ 2^16 in 4 partitions, 64 rows a key: the
+/// match 9-10 ms in 4 items, 4.4-4.7 ms in 16 ranges). A range builds its piece's table again,
+/// but on a thread that had no item, while the thread that had the item probes less. Not
+/// further (as many as the match's tasks, 8 a thread): on 2 threads, those 4 items cut into 16
+/// made the match of 4 rows a key half as slow again, all rebuilds. A range keeps its item's
+/// place (the order stays partition, build piece, probe rows, the same for a given thread
+/// count), so a task's adjacent items still share a table.
+fn split_items(items: Vec<Item>, threads: usize) -> Vec<Item> {
+    if items.len() >= threads {
+        return items;
+    }
+    let most = item_probe_rows(&items)
+        .div_ceil(threads)
+        .max(MIN_SPLIT_ROWS);
+    (items.into_iter())
+        .flat_map(|item| {
+            let step = item.len.div_ceil(item.len.div_ceil(most).max(1)).max(1);
+            // A build-only item (no rows) stays one item.
+            (0..item.len.max(1)).step_by(step).map(move |at| Item {
+                begin: item.begin + at,
+                len: step.min(item.len - at),
+                ..item
+            })
+        })
+        .collect()
+}
 
 /// A slot of a CPU item table: a key, its newest build row (relative to the piece) and its
 /// number of rows (0: empty).
@@ -804,19 +847,30 @@ impl CoPartitionJoin for CpuBackend {
         }
         // Work items in order: partition, build piece, probe piece (a build piece's items are
         // adjacent, so a task builds its table once for all of them). Checking uniqueness, a
-        // build piece without probe pieces still gets an item (build only, NO_PIECE).
-        let mut items: Vec<(u32, u32)> = Vec::new();
+        // build piece without probe pieces still gets an item (build only, no probe rows).
+        // Pieces lie inside their keys (checked above), so their rows are addresses.
+        let mut items: Vec<Item> = Vec::new();
         for p in 0..fanout {
-            let probes = pp.offsets[p]..pp.offsets[p + 1];
+            let probes = pp.offsets[p] as usize..pp.offsets[p + 1] as usize;
             for i in bp.offsets[p]..bp.offsets[p + 1] {
+                let build = i as u32;
                 if probes.is_empty() && want.unique_build {
-                    items.push((i as u32, NO_PIECE));
+                    items.push(Item {
+                        build,
+                        begin: 0,
+                        len: 0,
+                    });
                 }
                 for j in probes.clone() {
-                    items.push((i as u32, j as u32));
+                    items.push(Item {
+                        build,
+                        begin: pp.begin[j] as usize,
+                        len: pp.len[j] as usize,
+                    });
                 }
             }
         }
+        let items = split_items(items, rayon::current_num_threads());
         // A side with a second column is matched by position, both columns gathered after.
         let (probe_words, build_words) = (
             probe.ids.filter(|_| probe.second.is_none()),
@@ -826,7 +880,6 @@ impl CoPartitionJoin for CpuBackend {
             let sides = CpuSides {
                 probe_keys: probe.keys,
                 build_keys: build.keys,
-                pp,
                 bp,
                 probe_ids,
                 build_ids,
@@ -835,7 +888,7 @@ impl CoPartitionJoin for CpuBackend {
             // matches each probe row of an item at most once): then counted first, and written
             // into regions of each task's exact count, when they fit.
             let bound = if want.unique_build {
-                item_probe_rows(&items, pp) as u64
+                item_probe_rows(&items) as u64
             } else {
                 u64::MAX
             };
@@ -895,7 +948,6 @@ fn side_columns<K: Key>(
 struct CpuSides<'a, K, P, Q> {
     probe_keys: &'a [K],
     build_keys: &'a [K],
-    pp: &'a Pieces<CpuBackend>,
     bp: &'a Pieces<CpuBackend>,
     probe_ids: Option<&'a [P]>,
     build_ids: Option<&'a [Q]>,
@@ -930,12 +982,8 @@ struct CpuMatched<P, Q> {
 }
 
 /// Probe rows of the work items (a probe piece counted once per build piece it meets).
-fn item_probe_rows(items: &[(u32, u32)], pp: &Pieces<CpuBackend>) -> usize {
-    items
-        .iter()
-        .filter(|&&(_, j)| j != NO_PIECE)
-        .map(|&(_, j)| pp.len[j as usize] as usize)
-        .sum()
+fn item_probe_rows(items: &[Item]) -> usize {
+    items.iter().map(|item| item.len).sum()
 }
 
 /// The CPU co-partition join over `items` (checked by the caller): the pairs (when wanted), the
@@ -951,7 +999,7 @@ fn item_probe_rows(items: &[(u32, u32)], pp: &Pieces<CpuBackend>) -> usize {
 /// their pairs, and slower by a different amount in each process (docs/results/joins.md).
 fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     sides: &CpuSides<'_, K, P, Q>,
-    items: &[(u32, u32)],
+    items: &[Item],
     want: CoWant,
     exact: Option<&[u64]>,
 ) -> Result<CpuMatched<P, Q>> {
@@ -965,13 +1013,13 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
         .len()
         .div_ceil(8 * rayon::current_num_threads().max(1))
         .max(1);
-    let tasks: Vec<&[(u32, u32)]> = items.chunks(per_task).collect();
+    let tasks: Vec<&[Item]> = items.chunks(per_task).collect();
     let exact = exact.filter(|e| e.len() == tasks.len());
     let regions: Vec<usize> = match exact {
         Some(e) => (e.iter().map(|&t| usize::try_from(t)))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| Error::SizeOverflow("join output rows"))?,
-        None => tasks.iter().map(|t| item_probe_rows(t, sides.pp)).collect(),
+        None => tasks.iter().map(|t| item_probe_rows(t)).collect(),
     };
     let room = (regions.iter())
         .try_fold(0usize, |room, &r| room.checked_add(r))
@@ -1109,18 +1157,19 @@ impl<K> Found<'_, K> {
 /// `unique` says the build keys are unique.
 fn walk_items<K: Key, P: IdWord, Q: IdWord>(
     sides: &CpuSides<'_, K, P, Q>,
-    group: &[(u32, u32)],
+    group: &[Item],
     from: At,
     (unique, dup): (bool, &AtomicBool),
     mut visit: impl FnMut(At, Found<'_, K>),
 ) {
-    let (pp, bp) = (sides.pp, sides.bp);
+    let bp = sides.bp;
     let mut table = ItemTable::<K>::new();
     let mut built = u32::MAX;
-    for (item, &(i, j)) in group.iter().enumerate().skip(from.item) {
-        let (bb, bl) = (bp.begin[i as usize] as usize, bp.len[i as usize] as usize);
-        if built != i {
-            built = i;
+    for (item, it) in group.iter().enumerate().skip(from.item) {
+        let i = it.build as usize;
+        let (bb, bl) = (bp.begin[i] as usize, bp.len[i] as usize);
+        if built != it.build {
+            built = it.build;
             if table.build(&sides.build_keys[bb..bb + bl]) {
                 dup.store(true, Ordering::Relaxed);
             }
@@ -1128,16 +1177,13 @@ fn walk_items<K: Key, P: IdWord, Q: IdWord>(
         if unique && dup.load(Ordering::Relaxed) {
             return;
         }
-        if j == NO_PIECE {
-            continue;
-        }
-        let (pb, pl) = (pp.begin[j as usize] as usize, pp.len[j as usize] as usize);
+        let end = it.begin + it.len;
         let first = if item == from.item {
-            from.pos.clamp(pb, pb + pl)
+            from.pos.clamp(it.begin, end)
         } else {
-            pb
+            it.begin
         };
-        for (pos, &k) in (first..).zip(&sides.probe_keys[first..pb + pl]) {
+        for (pos, &k) in (first..).zip(&sides.probe_keys[first..end]) {
             if let Some((head, count)) = table.find(k) {
                 let found = Found {
                     table: &table,
@@ -1167,7 +1213,7 @@ struct Written<'a, P, Q> {
 /// [`Error::Corrupt`] where the second walk finds other pairs than the first counted.
 fn assemble<K: Key, P: IdWord, Q: IdWord>(
     sides: &CpuSides<'_, K, P, Q>,
-    tasks: &[&[(u32, u32)]],
+    tasks: &[&[Item]],
     written: Written<'_, P, Q>,
     n: usize,
 ) -> Result<WordPairs<P, Q>> {
@@ -1347,6 +1393,30 @@ mod tests {
         ] {
             assert!(matches!(e, Err(Error::InvalidArgument(_))), "{e:?}");
         }
+    }
+
+    #[test]
+    fn few_items_split_their_probe_rows() {
+        let item = |build, begin, len| Item { build, begin, len };
+        // 3 items on 8 threads: 40_000 probe rows in ranges of at most 5_000 (the minimum is
+        // less): each probe piece in 4 even ranges, the build-only item kept, the order kept.
+        let items = vec![item(0, 100, 20_000), item(0, 0, 0), item(1, 30_000, 20_000)];
+        let split = split_items(items.clone(), 8);
+        let want: Vec<Item> = (0..4)
+            .map(|k| item(0, 100 + 5_000 * k, 5_000))
+            .chain([item(0, 0, 0)])
+            .chain((0..4).map(|k| item(1, 30_000 + 5_000 * k, 5_000)))
+            .collect();
+        assert_eq!(split, want);
+        // Uneven: 10_001 rows in ranges of at most 4_096 rows: 3 of 3_334, 3_334 and 3_333.
+        let split = split_items(vec![item(2, 7, 10_001)], 100);
+        let lens: Vec<usize> = split.iter().map(|i| i.len).collect();
+        assert_eq!(lens, [3_334, 3_334, 3_333]);
+        assert_eq!(split[2].begin + split[2].len, 7 + 10_001);
+        // As many items as threads, or pieces no longer than the minimum: unchanged.
+        assert_eq!(split_items(items.clone(), 3), items);
+        let short = vec![item(0, 0, MIN_SPLIT_ROWS), item(1, MIN_SPLIT_ROWS, 1)];
+        assert_eq!(split_items(short.clone(), 1000), short);
     }
 
     #[test]

@@ -479,3 +479,96 @@ fn phj_um_beyond_the_bucket_chain_fanout() {
         }
     }
 }
+
+/// Rows of `keys` grouped by partition `key % fanout`, in order: the keys so grouped and the
+/// `fanout + 1` partition offsets.
+fn by_key_mod(keys: &[u32], fanout: u32) -> (Vec<u32>, Vec<u64>) {
+    let mut offsets = vec![0u64];
+    let mut grouped = Vec::with_capacity(keys.len());
+    for p in 0..fanout {
+        grouped.extend(keys.iter().filter(|&&k| k % fanout == p));
+        offsets.push(grouped.len() as u64);
+    }
+    (grouped, offsets)
+}
+
+/// The CPU match on a pool of 16 threads with fewer items than threads: a small build side in
+/// 3 partitions of one piece each (the third without probe rows), 64 rows a key, and probe
+/// pieces of whole partitions, which the match cuts into ranges of a few thousand rows (each
+/// range building its piece's table again); also probe pieces too short to cut, and more
+/// items than threads (nothing cut). With ids, flags (a left outer join's), a pair limit that
+/// makes it count first, split words and second columns: the pairs equal the per-partition
+/// nested loop, in the same order on every run; a unique build side checks its build-only
+/// piece too.
+#[test]
+fn copartition_join_cuts_few_long_items_for_many_threads() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(16)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let b = CpuBackend::new();
+        // Build keys 0..64 of 64 rows each, or 0..4096 once each; probe keys 3m and 3m + 1 for
+        // m < 32 (none in the third partition; those of 64 and over meet only unique keys).
+        let many: Vec<u32> = (0..4096).map(|i| i % 64).collect();
+        let unique: Vec<u32> = (0..4096).collect();
+        let probe_of = |n: u32| -> Vec<u32> { (0..n).map(|i| 3 * (i * 7 % 32) + i % 2).collect() };
+        // (probe rows, probe piece rows): pieces of whole partitions (cut into ranges), too
+        // short to cut, and 64 pieces (more items than threads).
+        for (rows, piece) in [(1 << 15, 1 << 18), (4000, 1 << 18), (1 << 15, 512)] {
+            let (probe_keys, probe_offsets) = by_key_mod(&probe_of(rows), 3);
+            let pp = b.contiguous_pieces(&probe_offsets, piece).unwrap();
+            let probe_ids: Vec<u32> = (0..rows).map(|i| i ^ 5).collect();
+            let probe_col = Column::U32(probe_ids.clone());
+            let probe = plain_side(&probe_keys, &pp, Some(&probe_col));
+            for (keys, unique_build) in [(&many, false), (&unique, true)] {
+                let (build_keys, build_offsets) = by_key_mod(keys, 3);
+                let bp = b.contiguous_pieces(&build_offsets, 4096).unwrap();
+                let build_ids: Vec<u64> = (0..4096).map(|i| (1 << 40) + i).collect();
+                let build_col = Column::U64(build_ids.clone());
+                let build = plain_side(&build_keys, &bp, Some(&build_col));
+                let want = nested_loop(
+                    (&probe_offsets, &build_offsets),
+                    (&probe_keys, &build_keys),
+                    (&probe_ids, &build_ids),
+                );
+                let n = want.len() as u64;
+                let all = CoWant::default()
+                    .with_pairs(true)
+                    .with_flags(Some(rows as usize))
+                    .with_unique_build(unique_build);
+                let out = b.copartition_join(&probe, &build, all).unwrap();
+                let case = format!("{rows} probe rows in pieces of {piece}, unique {unique_build}");
+                assert_eq!(out.total, n, "{case}");
+                assert_eq!(sorted_id_pairs(&out), want, "{case}");
+                let again = b.copartition_join(&probe, &build, all).unwrap();
+                assert_eq!(id_pairs(&again), id_pairs(&out), "{case}: order");
+                let flags = out.flags.as_ref().unwrap();
+                let flagged: Vec<u32> = (0..rows).filter(|&i| flags[i as usize] == 1).collect();
+                let mut matched: Vec<u32> = want.iter().map(|p| p.0).collect();
+                matched.sort_unstable();
+                matched.dedup();
+                assert_eq!(flagged, matched, "{case}");
+                let counted = b
+                    .copartition_join(&probe, &build, all.with_max_pairs(Some(n)))
+                    .unwrap();
+                assert_eq!(counted.flags, out.flags, "{case}");
+                assert_eq!(sorted_id_pairs(&counted), want, "{case}: counted first");
+                split_words_and_second_columns(&b, (probe, build), (&probe_ids, &build_ids), &want);
+            }
+            // 64 rows a key, or a duplicate only in the piece that meets no probe rows.
+            let mut dup_keys = unique.clone();
+            dup_keys[2] = 5;
+            for keys in [&many, &dup_keys] {
+                let (build_keys, build_offsets) = by_key_mod(keys, 3);
+                let bp = b.contiguous_pieces(&build_offsets, 4096).unwrap();
+                let dup = b.copartition_join(
+                    &probe,
+                    &plain_side(&build_keys, &bp, None),
+                    CoWant::default().with_pairs(true).with_unique_build(true),
+                );
+                assert_eq!(dup.err(), Some(Error::DuplicateKey { side: "build" }));
+            }
+        }
+    });
+}
