@@ -21,12 +21,12 @@
 //!   at 2^22, 8 at 2^24, 10 at 2^26 (PHJ-OM 13.4 against SMJ-OM 15.0 ms at 8, SMJ-OM 17.0
 //!   against 20.8 at 12); on a small right side (at most 2^20 rows) NPHJ-chained below `12
 //!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there. On the CPU,
-//!   whose PHJ-OM writes a partition's pairs with one task (so it needs a partition a
-//!   thread) and no longer slows with runs, an inner or left outer join on a small side
-//!   (fewer PHJ-OM partitions than threads, [`ChoiceParams::small_side`]) runs SMJ-OM from 48
-//!   rows a key, below NPHJ-chained (left outer joins, and inner joins below 3 rows a key)
-//!   or PHJ-OM; on more rows inner joins run PHJ-OM at any rows a key and left outer joins
-//!   SMJ-OM from 96;
+//!   whose PHJ-OM no longer slows with runs (a partition's table finds a key's rows) and
+//!   cuts few partitions' probe rows over the threads, inner joins run PHJ-OM at any rows a
+//!   key; on a small side (fewer PHJ-OM partitions than threads,
+//!   [`ChoiceParams::small_side`]), where a table that stays in the cache is cheaper,
+//!   NPHJ-chained below 3 rows a key (left outer joins below 8), and left outer joins SMJ-OM
+//!   from 48; on more rows left outer joins SMJ-OM from 96;
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -76,15 +76,13 @@ pub const SAMPLE_ROWS: usize = 1 << 12;
 /// Right rows up to which an inner or left outer join counts as small on a CPU pool of
 /// `threads` threads ([`ChoiceParams::small_side`]): the most that PHJ-OM cuts into fewer
 /// partitions than threads (its partitions hold at most `half_piece` rows each and are at least
-/// 2, `crate::phj::radix_bits`), so that its match, a partition a task, leaves threads idle
-/// however many pairs it writes: 2^17 rows on 9 to 16 threads, 2^16 on 5 to 8, 2^15 on 3 and 4,
-/// none on 2. Exact up to 256 threads; beyond, PHJ-OM keeps a radix bit fewer while its
-/// partitions fit 3/4 of a piece, so its fewer partitions reach a little further.
-/// Measured on the H200 host's CPU (twentieth session, |R| = |S| = 2^14 … 2^20, 2 … 512 rows a
-/// key, 4, 8 and 16 threads; docs/results/joins.md): with a partition a thread or more PHJ-OM
-/// led SMJ-OM in every inner join (2^18 of 512 on 16 threads: 92 ms against 133; 4 threads:
-/// 324 against 375), with fewer it fell behind from 64 to 128 rows a key (2^16 of 128 on 16
-/// threads, 4 partitions: 18.7 against 12.2).
+/// 2, `crate::phj::radix_bits`), so that its match cuts their probe rows over the threads,
+/// each range building its partition's table again, and a single table that stays in the
+/// cache (NPHJ-chained) can be cheaper: 2^17 rows on 9 to 16 threads, 2^16 on 5 to 8, 2^15 on
+/// 3 and 4, none on 2. Exact up to 256 threads; beyond, PHJ-OM keeps a radix bit fewer while
+/// its partitions fit 3/4 of a piece, so its fewer partitions reach a little further.
+/// Measured on the H200 host's CPU (twentieth and twenty-first sessions, |R| = |S| = 2^14 …
+/// 2^20, 2 … 1024 rows a key, 4, 8 and 16 threads; docs/results/joins.md).
 fn small_side_rows(threads: usize, half_piece: usize) -> usize {
     match threads.checked_sub(1) {
         Some(below) if below >= 2 => (1usize << below.ilog2()).saturating_mul(half_piece),
@@ -92,11 +90,15 @@ fn small_side_rows(threads: usize, half_piece: usize) -> usize {
     }
 }
 
-/// Right rows a key from which an inner or left outer join on a small CPU side runs SMJ-OM:
-/// between the 32 and 64 measured on either side of the crossover (the sample strays by up to
-/// a fifth). 16 threads, 2^16 rows: of 32 a key NPHJ-chained 6.85 ms and SMJ-OM 7.98, of 64
-/// SMJ-OM 7.4 against NPHJ-chained's 9.3.
-const CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY: f64 = 48.0;
+/// Right rows a key from which a left outer join on a small CPU side runs SMJ-OM: between
+/// the 16 and 64 measured on either side of the crossover (the sample strays by up to a
+/// fifth). H200 host, own processes, twenty-first session: at 16 a key PHJ-OM ahead or level
+/// (16 threads, 2^17: 8.54 ms against SMJ-OM's 12.66), from 64 SMJ-OM ahead or level (2^15:
+/// 7.77 against PHJ-OM's 8.89; 4 threads 14.27 against 15.64), where the outer join's pass over
+/// the left rows adds to PHJ-OM's match. Inner joins there stay with PHJ-OM, whose match cuts
+/// a few partitions' probe rows over the threads: at 64 a key 1.15-1.6× ahead of SMJ-OM, at
+/// 128 level or ahead but for 2^16 on 8 threads (1.17× behind).
+const CPU_SMALL_SIDE_OUTER_MERGE_ROWS_PER_KEY: f64 = 48.0;
 
 /// Right rows a key from which a left outer join beyond a small CPU side runs SMJ-OM: between
 /// the 64 and 128 measured on either side of the crossover. PHJ-OM ahead or level up to 64 a
@@ -109,10 +111,16 @@ const CPU_OUTER_MERGE_ROWS_PER_KEY: f64 = 96.0;
 /// than PHJ-OM: at 2 a key NPHJ-chained led by 1.06-1.6× (2^14 on 4, 8, 16 threads), at 4 the
 /// two trade places (2^16 on 16 threads NPHJ-chained up to 1.25× ahead; 2^14 and 2^15 on 4
 /// threads and 2^17 on 16 PHJ-OM up to 1.23× ahead), from 8 PHJ-OM led (2^17 on 16 threads:
-/// 4.25-4.62 ms against 5.16-6.00). 6 instead of 3 picked no better over the session's runs.
-/// Left outer joins keep NPHJ-chained up to [`CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY`] (2^16 on 16
-/// threads: 1.1-1.3× ahead of PHJ-OM from 2 to 32).
+/// 4.25-4.62 ms against 5.16-6.00). 6 instead of 3 picked no better over the twentieth
+/// session's runs.
 const CPU_CHAINED_INNER_ROWS_PER_KEY: f64 = 3.0;
+
+/// Right rows a key below which a left outer join on a small CPU side runs NPHJ-chained rather
+/// than PHJ-OM: between the 4 and 16 measured on either side. At 2 and 4 a key NPHJ-chained
+/// led (16 threads, 2^15 of 2: 2.25 ms against 3.11), at 16 PHJ-OM led or was level (2^17:
+/// 8.54 against 11.47, 2^14: 3.16 against 2.86) once its match cut few partitions over the
+/// threads.
+const CPU_CHAINED_OUTER_ROWS_PER_KEY: f64 = 8.0;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -235,16 +243,17 @@ pub struct ChoiceParams {
     /// kind (the GPU). Not on a [`ChoiceParams::small_side`].
     pub outer_merge_rows_per_key: f64,
     /// Inner and left outer joins with duplicate right keys and a right side of at most this
-    /// many rows ([`ChoiceParams::small_side`]) run SMJ-OM from
-    /// [`ChoiceParams::small_side_merge_rows_per_key`] right rows a key, NPHJ-chained or PHJ-OM
-    /// below. 0: none (the GPU, whose small right sides
-    /// [`ChoiceParams::chained_max_right_rows`] covers).
+    /// many rows ([`ChoiceParams::small_side`]) run NPHJ-chained on few rows a key, PHJ-OM
+    /// above, and left outer ones SMJ-OM from
+    /// [`ChoiceParams::small_side_outer_merge_rows_per_key`]. 0: none (the GPU, whose small
+    /// right sides [`ChoiceParams::chained_max_right_rows`] covers).
     pub small_side_max_right_rows: usize,
-    /// Right rows a key from which such a small side runs SMJ-OM.
-    pub small_side_merge_rows_per_key: f64,
-    /// Right rows a key below which such a small side's inner join runs NPHJ-chained, PHJ-OM
-    /// from there; its left outer join runs NPHJ-chained up to the merge.
+    /// Right rows a key from which such a small side's left outer join runs SMJ-OM.
+    pub small_side_outer_merge_rows_per_key: f64,
+    /// Right rows a key below which such a small side's inner join runs NPHJ-chained.
     pub small_side_chained_inner_rows_per_key: f64,
+    /// Right rows a key below which such a small side's left outer join runs NPHJ-chained.
+    pub small_side_chained_outer_rows_per_key: f64,
 }
 
 impl ChoiceParams {
@@ -290,16 +299,16 @@ impl ChoiceParams {
                 CPU_OUTER_MERGE_ROWS_PER_KEY
             },
             // Small sides: where PHJ-OM's partitions are fewer than the threads
-            // ([`small_side_rows`]), its match leaves threads idle and a table that stays in
-            // the cache (NPHJ-chained) or the merge path, which spreads any run over the threads
-            // (SMJ-OM), leads.
+            // ([`small_side_rows`]), a table that stays in the cache (NPHJ-chained) leads on
+            // few rows a key, and the merge path (SMJ-OM) on many in left outer joins.
             small_side_max_right_rows: if gpu {
                 0
             } else {
                 small_side_rows(rayon::current_num_threads(), b.build_capacity::<u32>() / 2)
             },
-            small_side_merge_rows_per_key: CPU_SMALL_SIDE_MERGE_ROWS_PER_KEY,
+            small_side_outer_merge_rows_per_key: CPU_SMALL_SIDE_OUTER_MERGE_ROWS_PER_KEY,
             small_side_chained_inner_rows_per_key: CPU_CHAINED_INNER_ROWS_PER_KEY,
+            small_side_chained_outer_rows_per_key: CPU_CHAINED_OUTER_ROWS_PER_KEY,
         }
     }
 
@@ -390,14 +399,21 @@ pub fn choose(
     if let Some(per_key) = stats.right_rows_per_key {
         let duplicated = per_key >= params.duplicated_rows_per_key;
         if duplicated && kind.has_right_rows() && params.small_side(stats.right_rows) {
-            return if per_key >= params.small_side_merge_rows_per_key {
+            let outer = kind == JoinKind::LeftOuter;
+            let chained_below = if outer {
+                params.small_side_chained_outer_rows_per_key
+            } else {
+                params.small_side_chained_inner_rows_per_key
+            };
+            // Not the tree's SMJ-OM for both sides skewed either: PHJ-OM's match cuts a few
+            // partitions' probe rows over the threads (16 threads, 2^16 of 1024 a key, 64
+            // keys: 42.9 ms against SMJ-OM's 57.1).
+            return if outer && per_key >= params.small_side_outer_merge_rows_per_key {
                 (Algorithm::SmjOm, Why::ManyRowsPerKey)
-            } else if kind == JoinKind::LeftOuter
-                || per_key < params.small_side_chained_inner_rows_per_key
-            {
+            } else if per_key < chained_below {
                 (Algorithm::NphjChained, Why::SmallRightSide)
             } else {
-                partitioned(stats, params)
+                (Algorithm::PhjOm, Why::Partitioned)
             };
         }
         if duplicated && kind == JoinKind::LeftOuter && per_key >= params.outer_merge_rows_per_key {
@@ -825,8 +841,9 @@ mod tests {
             few_keys_join: Algorithm::NphjChained,
             outer_merge_rows_per_key: f64::INFINITY,
             small_side_max_right_rows: 0,
-            small_side_merge_rows_per_key: f64::INFINITY,
+            small_side_outer_merge_rows_per_key: f64::INFINITY,
             small_side_chained_inner_rows_per_key: 0.0,
+            small_side_chained_outer_rows_per_key: 0.0,
         }
     }
 
@@ -1147,9 +1164,9 @@ mod tests {
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
         expect(&few_threads, &few);
-        // 16 threads: up to 2^17 right rows (8 partitions) SMJ-OM from 48 rows a key, below
-        // NPHJ-chained for left outer joins and inner joins of fewer than 3 rows a key, PHJ-OM
-        // for the others; beyond, as with no small side.
+        // 16 threads: up to 2^17 right rows (8 partitions) NPHJ-chained below 3 rows a key
+        // (left outer joins below 8), PHJ-OM above, and left outer joins SMJ-OM from 48;
+        // beyond, as with no small side.
         let many = ChoiceParams {
             small_side_max_right_rows: small_side_rows(16, half_piece),
             ..cpu
@@ -1160,8 +1177,11 @@ mod tests {
             (1 << 16, 2.9, Inner, NphjChained, Why::SmallRightSide),
             (1 << 16, 3.0, Inner, PhjOm, Why::Partitioned),
             (1 << 17, 32.0, Inner, PhjOm, Why::Partitioned),
-            (1 << 17, 47.0, LeftOuter, NphjChained, Why::SmallRightSide),
-            (1 << 16, 48.0, Inner, SmjOm, Why::ManyRowsPerKey),
+            (1 << 16, 7.9, LeftOuter, NphjChained, Why::SmallRightSide),
+            (1 << 16, 8.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 17, 47.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 16, 48.0, Inner, PhjOm, Why::Partitioned),
+            (1 << 16, 1024.0, Inner, PhjOm, Why::Partitioned),
             (1 << 17, 48.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 18, 2.0, Inner, PhjOm, Why::Partitioned),
             (1 << 18, 512.0, Inner, PhjOm, Why::Partitioned),
@@ -1190,21 +1210,21 @@ mod tests {
             ..ChoiceParams::for_backend(&CpuBackend::new())
         };
         // One key with a quarter of each side's rows, 16 rows a key as the right rows see
-        // them: below the rows a key that merge. A small side's left outer join keeps
-        // NPHJ-chained; its inner join, PHJ-OM's branch, and every join beyond it merge.
+        // them: below the rows a key that merge. A small side keeps PHJ-OM (its match cuts the
+        // few partitions' probe rows over the threads); every join beyond it merges.
         let skewed = |right_rows| JoinInputStats {
             left_top_key_share: 0.25,
             right_top_key_share: 0.25,
             right_rows_per_key: Some(16.0),
             ..stats(right_rows, 4, 1.0)
         };
-        assert_eq!(
-            choose(&skewed(1 << 10), JoinKind::LeftOuter, &cpu),
-            (Algorithm::NphjChained, ChoiceReason::SmallRightSide)
-        );
-        for rows in [1 << 10, 1 << 20] {
+        for kind in [JoinKind::Inner, JoinKind::LeftOuter] {
             assert_eq!(
-                choose(&skewed(rows), JoinKind::Inner, &cpu),
+                choose(&skewed(1 << 10), kind, &cpu),
+                (Algorithm::PhjOm, ChoiceReason::Partitioned)
+            );
+            assert_eq!(
+                choose(&skewed(1 << 20), kind, &cpu),
                 (Algorithm::SmjOm, ChoiceReason::SkewedSides)
             );
         }

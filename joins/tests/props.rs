@@ -187,13 +187,16 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
     }
     let cpu = CpuBackend::new();
     let small_side = |rows| ChoiceParams::for_backend(&cpu).small_side(rows);
-    // 2^14 rows, 16 a key: no key skewed, the sample's rows per key near 16; a small side on a
-    // pool of 3 threads or more, where the left outer join runs NPHJ-chained; the inner join
-    // PHJ-OM on any pool.
+    // 2^14 rows, 16 a key: no key skewed, the sample's rows per key near 16; PHJ-OM on any
+    // pool. Of 4 a key, a small side on a pool of 3 threads or more, where the left outer join
+    // runs NPHJ-chained.
     let (a, why, m) = run(&cpu, (1 << 14, 16, 2048), JoinKind::Inner);
     assert_eq!((a, why), (Algorithm::PhjOm, Some(Why::Partitioned)));
     assert!(m.is_some_and(|m| (10.0..24.0).contains(&m)), "{m:?}");
     let (a, why, _) = run(&cpu, (1 << 14, 16, 2048), JoinKind::LeftOuter);
+    assert_eq!((a, why), (Algorithm::PhjOm, Some(Why::Partitioned)));
+    let (a, why, m) = run(&cpu, (1 << 14, 4, 2048), JoinKind::LeftOuter);
+    assert!(m.is_some_and(|m| (3.0..6.0).contains(&m)), "{m:?}");
     let expected = if small_side(1 << 14) {
         (Algorithm::NphjChained, Some(Why::SmallRightSide))
     } else {
@@ -219,10 +222,11 @@ fn auto_reports_how_it_chose_on_m_to_n_inputs() {
     assert!(sampled.right_top_key_share >= ChoiceParams::for_backend(&cpu).skew_share);
     assert_eq!(sampled.left_top_key_share, 0.0);
     // 1024 rows: every one sampled, so the rows per key are exact; 4 keys on both sides: a
-    // small side on a pool of 3 threads or more (merged for its rows a key), skewed on fewer.
+    // small side on a pool of 3 threads or more (PHJ-OM, whose match cuts its few partitions'
+    // probe rows over the threads), skewed (merged) on fewer.
     let (a, why, m) = run(&cpu, (1024, 256, 64), JoinKind::Inner);
     let expected = if small_side(1024) {
-        (Algorithm::SmjOm, Some(Why::ManyRowsPerKey))
+        (Algorithm::PhjOm, Some(Why::Partitioned))
     } else {
         (Algorithm::SmjOm, Some(Why::SkewedSides))
     };
