@@ -23,10 +23,11 @@
 //!   sqrt(2^18 / rows)` rows a key (12 at 2^18, 6 at 2^20), SMJ-OM from there. On the CPU,
 //!   whose PHJ-OM no longer slows with runs (a partition's table finds a key's rows) and
 //!   cuts few partitions' probe rows over the threads, inner joins run PHJ-OM at any rows a
-//!   key; on a small side (fewer PHJ-OM partitions than threads,
-//!   [`ChoiceParams::small_side`]), where a table that stays in the cache is cheaper,
-//!   NPHJ-chained below 3 rows a key (left outer joins below 8), and left outer joins SMJ-OM
-//!   from 48; on more rows left outer joins SMJ-OM from 96;
+//!   key (beyond a small side both sides skewed still merge, branch 2 below); on a small side
+//!   (fewer PHJ-OM partitions than threads, [`ChoiceParams::small_side`]), where a table that
+//!   stays in the cache is cheaper, NPHJ-chained below 3 rows a key (left outer joins below
+//!   8), left outer joins SMJ-OM from 48, and PHJ-OM otherwise, skewed sides too; on more
+//!   rows left outer joins SMJ-OM from 96;
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -38,7 +39,8 @@
 //!    against 60 MiB of L2.)
 //! 2. **Both sides skewed on one key** (a hot key with many build rows, M:N): the sort-merge
 //!    join's merge-path expansion balances any multiplicity: SMJ-OM. (Wu's tree; none of the
-//!    benchmarked cases has it, so it is not calibrated.)
+//!    benchmarked cases has it, so it is not calibrated. Not on a small CPU side, where few
+//!    distinct keys trip it and PHJ-OM, which cuts the few partitions over the threads, led.)
 //! 3. **Wide payloads and few matches**: GFTR transforms every payload column, most of which
 //!    the output throws away; GFUR gathers only the matches' payloads from the inputs: PHJ-UM.
 //!    Where the two cross grows with what GFTR's transform moves beyond GFUR's 4-byte row
@@ -117,9 +119,9 @@ const CPU_CHAINED_INNER_ROWS_PER_KEY: f64 = 3.0;
 
 /// Right rows a key below which a left outer join on a small CPU side runs NPHJ-chained rather
 /// than PHJ-OM: between the 4 and 16 measured on either side. At 2 and 4 a key NPHJ-chained
-/// led (16 threads, 2^15 of 2: 2.25 ms against 3.11), at 16 PHJ-OM led or was level (2^17:
-/// 8.54 against 11.47, 2^14: 3.16 against 2.86) once its match cut few partitions over the
-/// threads.
+/// led (16 threads, 2^15 of 2: 2.25 ms against PHJ-OM's 3.11), at 16 PHJ-OM led or was near
+/// (2^17: 8.54 against NPHJ-chained's 11.47; 2^14: 3.16 against 2.86, 1.10× behind) once its
+/// match cut few partitions over the threads, where NPHJ-chained fell to 1.47× behind.
 const CPU_CHAINED_OUTER_ROWS_PER_KEY: f64 = 8.0;
 
 /// What is known about a join's inputs (exact sizes, sampled ratios).
@@ -201,8 +203,9 @@ pub enum MergeRule {
     /// From `log2(rows)` minus this many right rows a key, at least 2 (rows: the mean of
     /// both sides): the H200, where the sort's share shrinks as the output grows.
     Log2RowsMinus(f64),
-    /// Never (beyond a [`ChoiceParams::small_side`]): the CPU, where PHJ-OM with a partition a
-    /// thread led SMJ-OM in inner joins at every rows a key measured (up to 512).
+    /// Never: the CPU, where PHJ-OM led SMJ-OM in inner joins at every rows a key measured (up
+    /// to 512 with a partition a thread; on small sides, whose few partitions its match cuts
+    /// over the threads, up to 128 and 1024 but on 2^15 rows).
     Never,
 }
 
@@ -405,15 +408,19 @@ pub fn choose(
             } else {
                 params.small_side_chained_inner_rows_per_key
             };
-            // Not the tree's SMJ-OM for both sides skewed either: PHJ-OM's match cuts a few
-            // partitions' probe rows over the threads (16 threads, 2^16 of 1024 a key, 64
-            // keys: 42.9 ms against SMJ-OM's 57.1).
+            // Not the tree's SMJ-OM for both sides skewed either (the left side's share is
+            // left out): PHJ-OM's match cuts a few partitions' probe rows over the threads (16
+            // threads, 2^16 of 1024 a key, 64 keys: 42.9 ms against SMJ-OM's 57.1).
+            let unskewed = JoinInputStats {
+                left_top_key_share: 0.0,
+                ..*stats
+            };
             return if outer && per_key >= params.small_side_outer_merge_rows_per_key {
                 (Algorithm::SmjOm, Why::ManyRowsPerKey)
             } else if per_key < chained_below {
                 (Algorithm::NphjChained, Why::SmallRightSide)
             } else {
-                (Algorithm::PhjOm, Why::Partitioned)
+                partitioned(&unskewed, params)
             };
         }
         if duplicated && kind == JoinKind::LeftOuter && per_key >= params.outer_merge_rows_per_key {

@@ -496,7 +496,8 @@ fn split_items(items: Vec<Item>, threads: usize) -> Vec<Item> {
         .max(MIN_SPLIT_ROWS);
     (items.into_iter())
         .flat_map(|item| {
-            let step = item.len.div_ceil(item.len.div_ceil(most).max(1)).max(1);
+            // Whole multiples of `most`: every range of a cut item holds `most` rows or more.
+            let step = item.len.div_ceil((item.len / most).max(1)).max(1);
             // A build-only item (no rows) stays one item.
             (0..item.len.max(1)).step_by(step).map(move |at| Item {
                 begin: item.begin + at,
@@ -598,9 +599,10 @@ impl<K: Key> ItemTable<K> {
 
 /// Runs `f` with this thread's item table for `K` keys, kept from task to task and from join
 /// to join: a match then neither allocates its tables nor takes their page faults again (up to
-/// 0.9 MiB each, a task's worth of allocations a time, which the allocator served from fresh
-/// mappings or from its arenas as the process's history had it). A table already in use on
-/// this thread gives way to a new one.
+/// 0.9 MiB each, 1.1 with 8-byte keys, a task's worth of allocations a time, which the
+/// allocator served from fresh mappings or from its arenas as the process's history had it).
+/// Each thread that ran a match keeps its last table for the life of the thread. A table
+/// already in use on this thread gives way to a new one.
 fn with_item_table<K: Key, R>(f: impl FnOnce(&mut ItemTable<K>) -> R) -> R {
     thread_local! {
         static TABLE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
@@ -1203,12 +1205,12 @@ fn walk_items_with<K: Key, P: IdWord, Q: IdWord>(
     mut visit: impl FnMut(At, Found<'_, K>),
 ) {
     let bp = sides.bp;
-    let mut built = u32::MAX;
+    let mut built = None;
     for (item, it) in group.iter().enumerate().skip(from.item) {
         let i = it.build as usize;
         let (bb, bl) = (bp.begin[i] as usize, bp.len[i] as usize);
-        if built != it.build {
-            built = it.build;
+        if built != Some(it.build) {
+            built = Some(it.build);
             if table.build(&sides.build_keys[bb..bb + bl]) {
                 dup.store(true, Ordering::Relaxed);
             }
@@ -1447,11 +1449,11 @@ mod tests {
             .chain((0..4).map(|k| item(1, 30_000 + 5_000 * k, 5_000)))
             .collect();
         assert_eq!(split, want);
-        // Uneven: 3_001 rows in ranges of at most 1_024 rows: 1_001, 1_001 and 999.
-        let split = split_items(vec![item(2, 7, 3_001)], 100);
+        // Uneven: 3_071 rows with at least 1_024 a range: 1_536 and 1_535.
+        let split = split_items(vec![item(2, 7, 3_071)], 100);
         let lens: Vec<usize> = split.iter().map(|i| i.len).collect();
-        assert_eq!(lens, [1_001, 1_001, 999]);
-        assert_eq!(split[2].begin + split[2].len, 7 + 3_001);
+        assert_eq!(lens, [1_536, 1_535]);
+        assert_eq!(split[1].begin + split[1].len, 7 + 3_071);
         // As many items as threads, or pieces no longer than the minimum: unchanged.
         assert_eq!(split_items(items.clone(), 3), items);
         let short = vec![item(0, 0, MIN_SPLIT_ROWS), item(1, MIN_SPLIT_ROWS, 1)];

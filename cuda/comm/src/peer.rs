@@ -130,8 +130,8 @@ struct Outgoing<'c, 'b> {
 
 impl<'c, 'b> Outgoing<'c, 'b> {
     /// The tables of an all-to-all among `size` ranks (each table's columns, and its rows for
-    /// each rank in rank order), and the verdict on them: the first table's bad counts or
-    /// columns of different lengths; such a table sends nothing.
+    /// each rank in rank order), and the verdict on them: the first bad table's error (counts
+    /// past its rows, or columns of different lengths); such a table sends nothing.
     fn all_to_all(
         size: usize,
         tables: &[TableToSend<'c, 'b, CudaBackend>],
@@ -251,10 +251,11 @@ impl PeerComm {
     /// `checked` is the caller's verdict on its input: a rank with bad input sends [`POISON`]
     /// counts, so every rank fails instead of waiting for it.
     ///
-    /// Four meetings of the ranks, however many tables: the counts and column widths; the
-    /// receive buffers' addresses and each rank's ready event, or its failure to allocate
-    /// (then no one pushes); each rank's push events, which the receiver's stream waits on;
-    /// and one once every rank has queued those waits (so no event is destroyed before it).
+    /// Four meetings of the ranks, however many tables (none too): the tables' shapes and
+    /// counts; the receive buffers' addresses and each rank's ready event, or its failure to
+    /// allocate (then no one pushes); each rank's push events, which the receiver's stream
+    /// waits on; and one once every rank has queued those waits (so no event is destroyed
+    /// before it).
     /// A rank that failed to queue its pushes waits for the ones it queued before the third
     /// meeting, so no buffer is freed while a push may still read or write it. A meeting that
     /// fails (a peer gone or past the time limit) leaves the receive buffers allocated and the
@@ -270,34 +271,35 @@ impl PeerComm {
         let (me, size) = (self.rank(), self.size());
         let parts: Vec<_> = tables.iter().map(|t| column_parts(t.columns)).collect();
         let checked = checked.and_then(|()| self.check_backend(backend));
-        // Rows for each rank by table, then each table's columns and their widths: ranks must
-        // send alike tables (a different number of columns is a different length, which the
-        // gather refuses).
-        let counted = size * tables.len();
-        let header: Vec<u64> = match &checked {
+        // The number of tables, each table's columns and their widths, then the rows for each
+        // rank by table: ranks must send alike tables (another shape is another length, which
+        // the gather refuses, or other words, which every rank sees).
+        let shape: Vec<u64> = std::iter::once(tables.len() as u64)
+            .chain(parts.iter().map(|p| p.len() as u64))
+            .chain(parts.iter().flatten().map(|p| p.2 as u64))
+            .collect();
+        let counts: Vec<u64> = match &checked {
             Ok(()) => (tables.iter())
                 .flat_map(|t| t.sends.iter().map(|&(_, rows)| rows as u64))
                 .collect(),
-            Err(_) => vec![POISON; counted],
-        }
-        .into_iter()
-        .chain(parts.iter().map(|p| p.len() as u64))
-        .chain(parts.iter().flatten().map(|p| p.2 as u64))
-        .collect();
+            Err(_) => vec![POISON; size * tables.len()],
+        };
+        let header: Vec<u64> = shape.iter().chain(&counts).copied().collect();
         let all = self.meet(self.host.all_gather(&header))?;
         checked?;
         let rows: Vec<&[u64]> = all.chunks(header.len()).collect();
-        if let Some(rank) = rows.iter().position(|r| r[..counted].contains(&POISON)) {
-            return Err(Error::PeerFailed { rank, op });
-        }
-        if rows.iter().any(|r| r[counted..] != rows[me][counted..]) {
+        let at = shape.len();
+        if rows.iter().any(|r| r[..at] != shape[..]) {
             return Err(Error::RanksDisagree(format!(
-                "{op}: tables' columns and widths {:?}",
-                rows.iter().map(|r| &r[counted..]).collect::<Vec<_>>()
+                "{op}: tables, their columns and widths {:?}",
+                rows.iter().map(|r| &r[..at]).collect::<Vec<_>>()
             )));
         }
+        if let Some(rank) = rows.iter().position(|r| r[at..].contains(&POISON)) {
+            return Err(Error::PeerFailed { rank, op });
+        }
         let count = |table: usize, from: usize, to: usize| {
-            usize::try_from(rows[from][table * size + to]).unwrap_or(usize::MAX)
+            usize::try_from(rows[from][at + table * size + to]).unwrap_or(usize::MAX)
         };
         let recv_counts: Vec<Vec<usize>> = (0..tables.len())
             .map(|t| (0..size).map(|from| count(t, from, me)).collect())
@@ -314,10 +316,10 @@ impl PeerComm {
         // A failure word, the ready event, every table's columns' addresses.
         let columns = parts.iter().map(Vec::len).sum::<usize>();
         let words: Vec<u64> = match &local {
-            Ok(tables) => [0, self.ready.cu_event() as u64]
+            Ok(received) => [0, self.ready.cu_event() as u64]
                 .into_iter()
                 .chain(
-                    tables
+                    received
                         .iter()
                         .flatten()
                         .map(|c| joinkit_cuda::each_column!(c, b => b.device_ptr())),
@@ -409,8 +411,9 @@ impl PeerComm {
     /// on different links), on lane `p` after this rank's and `p`'s ready events, for each
     /// table `t` of `tables` (its columns' parts and sends), every column's rows `sends[p]` to
     /// row `landing(t, p)` of `p`'s receive columns (`peers[p]`: a failure word, its ready
-    /// event, then every table's columns' addresses); then the backend's stream waits for them. On a failure, waits for every lane (the pushes queued before it must end
-    /// before the peers, told of the failure, free their buffers).
+    /// event, then every table's columns' addresses); then the backend's stream waits for
+    /// them. On a failure, waits for every lane (the pushes queued before it must end before
+    /// the peers, told of the failure, free their buffers).
     fn push(
         &self,
         backend: &CudaBackend,

@@ -716,28 +716,30 @@ where
         return got.map(|t| (t, None));
     };
     let ranks = comm.size();
-    let words = vec![m.words; ranks];
+    let words_to_each = vec![m.words; ranks];
     let moved = match two {
         // The keys and the bitmaps in one exchange: the copy engines' ranks meet once for
-        // both, leaving the compute stream idle for one round of meetings instead of two.
-        None if !wire.compresses() => {
+        // both, leaving the compute stream idle for one round of meetings instead of two. The
+        // bitmaps name rows in the order they come, so only where it is rank order.
+        None if !wire.compresses() && comm.any_order_is_rank_order() => {
             let moved = move_raw_tables(
                 comm,
                 cb,
                 (&table, &counts),
-                Some((&m.bitmaps, &words)),
+                Some((&m.bitmaps, &words_to_each)),
                 (wire, traffic),
-            );
-            settle(comm, what, moved).and_then(|(keys, bitmaps)| {
+            )
+            .and_then(|(keys, bitmaps)| {
                 let bitmaps = bitmaps.ok_or_else(|| Error::Corrupt("no bitmaps came back".into()));
                 Ok((keys, bitmaps?))
-            })
+            });
+            settle(comm, what, moved)
         }
         None => {
             let pattern = (Pattern::AllToAll(&counts), Arrival::RankOrder);
             let keys = move_table(comm, cb, &table, pattern, wire, traffic);
             settle(comm, what, keys).and_then(|keys| {
-                let moved = comm.all_to_all_v(cb, &m.bitmaps, &words);
+                let moved = comm.all_to_all_v(cb, &m.bitmaps, &words_to_each);
                 Ok((keys, settle(comm, "moving the membership bitmaps", moved)?))
             })
         }
@@ -752,11 +754,11 @@ where
     flight.tables.push(table);
     let sent = m.bytes_away(ranks);
     flight.bitmaps.push(m.bitmaps);
-    let (keys, (received, words)) = moved?;
+    let (keys, (received, words_from_each)) = moved?;
     flight.bitmaps.push(received);
     let raw = bytes_away(comm.rank(), &counts, size_of::<u32>());
     traffic.add_members(wire.side, raw, sent);
-    let runs = (words.iter().zip(&m.first_ids))
+    let runs = (words_from_each.iter().zip(&m.first_ids))
         .map(|(&words, &first_id)| MemberRun { words, first_id })
         .collect();
     let naming = Naming {

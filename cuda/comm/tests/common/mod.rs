@@ -88,6 +88,8 @@ pub(crate) fn check_exchange<C: Communicator>(
     if !send.is_empty() {
         assert!(r.is_err(), "rank {me}");
     }
+    // No table: nothing moves, and every rank still meets the others.
+    assert!(comm.all_to_all_v_tables(b, &[])?.is_empty(), "rank {me}");
     // The same as the second of two tables: the whole call fails.
     let r = comm.all_to_all_v_tables(b, &[(&second, &word_counts), (&uneven, &counts[me])]);
     if !send.is_empty() {
