@@ -508,20 +508,28 @@ fn split_items(items: Vec<Item>, threads: usize) -> Vec<Item> {
         .collect()
 }
 
-/// A slot of a CPU item table: a key, its newest build row (relative to the piece) and its
-/// number of rows (0: empty).
+/// A slot of a CPU item table: a key, where its build rows are and their number (0: empty).
+/// `first` is the key's row itself (relative to the piece) in a table without equal keys, and
+/// otherwise, with [`GROUPED`] set, where the key's rows start in [`ItemTable::rows`].
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct Slot<K> {
     key: K,
-    head: u32,
+    first: u32,
     count: u32,
 }
+
+/// Marks a slot's `first` as a place in [`ItemTable::rows`] (pieces hold at most
+/// [`MAX_BUILD_CAPACITY`] rows, far below it).
+const GROUPED: u32 = 1 << 31;
 
 /// A thread's reusable table ([`with_item_table`]).
 struct ItemTable<K> {
     slots: Vec<Slot<K>>,
-    next: Vec<u32>,
+    /// Each row's slot, while building.
+    slot_of: Vec<u32>,
+    /// Where a piece's keys repeat: its rows grouped by key, each key's newest first.
+    rows: Vec<u32>,
     bits: u32,
 }
 
@@ -529,7 +537,8 @@ impl<K: Key> ItemTable<K> {
     fn new() -> Self {
         Self {
             slots: Vec::new(),
-            next: Vec::new(),
+            slot_of: Vec::new(),
+            rows: Vec::new(),
             bits: 0,
         }
     }
@@ -538,7 +547,9 @@ impl<K: Key> ItemTable<K> {
     /// returns whether a key came twice. Slots: 4 a row up to the 2 a row of the largest piece,
     /// so the average piece (half full) probes at load 1/4 and no table outgrows the largest
     /// one's (2-core development machine, 2^22 ⋈ 2^23: the match of random keys a sixth faster
-    /// than at load 1/2, of `0..|R|` a tenth slower).
+    /// than at load 1/2, of `0..|R|` a tenth slower). Where keys repeat, their rows are then
+    /// grouped by key, so that a probe reads a key's rows one after another instead of
+    /// chasing them through a chain (a load waiting on the load before it at every pair).
     fn build(&mut self, keys: &[K]) -> bool {
         let bits = (4 * keys.len())
             .min(2 * MAX_BUILD_CAPACITY)
@@ -549,8 +560,7 @@ impl<K: Key> ItemTable<K> {
         self.bits = bits;
         self.slots.clear();
         self.slots.resize(size, Slot::default());
-        self.next.clear();
-        self.next.resize(keys.len(), u32::MAX);
+        self.slot_of.clear();
         let mask = size - 1;
         let mut dup = false;
         for (r, &k) in keys.iter().enumerate() {
@@ -561,25 +571,48 @@ impl<K: Key> ItemTable<K> {
                 if slot.count == 0 {
                     *slot = Slot {
                         key: k,
-                        head: r as u32,
+                        first: r as u32,
                         count: 1,
                     };
                     break;
                 }
                 if slot.key == k {
-                    self.next[r] = slot.head;
-                    slot.head = r as u32;
                     slot.count += 1;
                     dup = true;
                     break;
                 }
                 s = (s + 1) & mask;
             }
+            self.slot_of.push(s as u32);
+        }
+        if dup {
+            self.group(keys.len());
         }
         dup
     }
 
-    /// The newest row and the number of rows of `k`.
+    /// Groups the rows by key: each key's run ends where the runs of the keys first seen
+    /// before it end (`first` marked [`GROUPED`] and pointed at its run's end), then the rows,
+    /// oldest first, fill each run from its end down, leaving `first` at its start.
+    fn group(&mut self, n: usize) {
+        self.rows.clear();
+        self.rows.resize(n, 0);
+        let mut end = 0u32;
+        for (r, &s) in self.slot_of.iter().enumerate() {
+            let slot = &mut self.slots[s as usize];
+            if slot.first == r as u32 {
+                end += slot.count;
+                slot.first = end | GROUPED;
+            }
+        }
+        for (r, &s) in self.slot_of.iter().enumerate() {
+            let slot = &mut self.slots[s as usize];
+            slot.first -= 1;
+            self.rows[(slot.first & !GROUPED) as usize] = r as u32;
+        }
+    }
+
+    /// Where the rows of `k` are (a slot's `first`) and their number.
     #[inline]
     fn find(&self, k: K) -> Option<(u32, u32)> {
         let mask = self.slots.len() - 1;
@@ -590,9 +623,22 @@ impl<K: Key> ItemTable<K> {
                 return None;
             }
             if slot.key == k {
-                return Some((slot.head, slot.count));
+                return Some((slot.first, slot.count));
             }
             s = (s + 1) & mask;
+        }
+    }
+
+    /// Calls `f` with each of the `count` rows at `first` ([`ItemTable::find`]), newest first.
+    #[inline]
+    fn each_row(&self, first: u32, count: u32, mut f: impl FnMut(u32)) {
+        if first & GROUPED == 0 {
+            f(first);
+        } else {
+            let at = (first & !GROUPED) as usize;
+            self.rows[at..at + count as usize]
+                .iter()
+                .for_each(|&r| f(r));
         }
     }
 }
@@ -1158,24 +1204,21 @@ fn cpu_match<K: Key, P: IdWord, Q: IdWord>(
     })
 }
 
-/// A probe row's matches in an item's table: its key's newest build row, relative to the
-/// item's build piece (which starts at row `piece`), and the key's rows.
+/// A probe row's matches in an item's table: where its key's build rows are
+/// ([`ItemTable::find`]; rows relative to the item's build piece, which starts at row `piece`),
+/// and their number.
 struct Found<'t, K> {
     table: &'t ItemTable<K>,
-    head: u32,
+    first: u32,
     count: u32,
     piece: usize,
 }
 
-impl<K> Found<'_, K> {
+impl<K: Key> Found<'_, K> {
     /// Calls `f` with each build row of the key, newest first.
     #[inline]
     fn each_row(&self, mut f: impl FnMut(usize)) {
-        let mut r = self.head;
-        for _ in 0..self.count {
-            f(self.piece + r as usize);
-            r = self.table.next[r as usize];
-        }
+        (self.table).each_row(self.first, self.count, |r| f(self.piece + r as usize));
     }
 }
 
@@ -1225,10 +1268,10 @@ fn walk_items_with<K: Key, P: IdWord, Q: IdWord>(
             it.begin
         };
         for (pos, &k) in (first..).zip(&sides.probe_keys[first..end]) {
-            if let Some((head, count)) = table.find(k) {
+            if let Some((first, count)) = table.find(k) {
                 let found = Found {
                     table,
-                    head,
+                    first,
                     count,
                     piece: bb,
                 };
@@ -1461,20 +1504,34 @@ mod tests {
     }
 
     #[test]
-    fn tables_chain_equal_keys() {
+    fn tables_group_equal_keys() {
         let mut t = ItemTable::<u32>::new();
-        assert!(t.build(&[5, 7, 5, 5, 0, u32::MAX]));
-        let (head, count) = t.find(5).unwrap();
-        assert_eq!(count, 3);
-        let mut rows = vec![head];
-        for _ in 1..count {
-            rows.push(t.next[*rows.last().unwrap() as usize]);
-        }
-        rows.sort();
-        assert_eq!(rows, vec![0, 2, 3]);
-        assert_eq!(t.find(u32::MAX), Some((5, 1)));
-        assert_eq!(t.find(0), Some((4, 1)));
+        let rows_of = |t: &ItemTable<u32>, k| {
+            let (first, count) = t.find(k).unwrap();
+            let mut rows = Vec::new();
+            t.each_row(first, count, |r| rows.push(r));
+            assert_eq!(rows.len(), count as usize);
+            rows
+        };
+        // Each key's rows together, newest first, whatever the keys between them.
+        assert!(t.build(&[5, 7, 5, 5, 0, u32::MAX, 7, 9]));
+        assert_eq!(rows_of(&t, 5), [3, 2, 0]);
+        assert_eq!(rows_of(&t, 7), [6, 1]);
+        assert_eq!(rows_of(&t, u32::MAX), [5]);
+        assert_eq!(rows_of(&t, 0), [4]);
+        assert_eq!(rows_of(&t, 9), [7]);
         assert_eq!(t.find(6), None);
+        // No key twice: each slot names its row; a table kept from a build with equal keys.
         assert!(!t.build(&[1, 2, 3]));
+        assert_eq!(t.find(2), Some((1, 1)));
+        assert_eq!(rows_of(&t, 3), [2]);
+        // Every row of a piece of the largest size in one key, then all distinct.
+        let same = vec![4u32; MAX_BUILD_CAPACITY];
+        assert!(t.build(&same));
+        let all: Vec<u32> = (0..MAX_BUILD_CAPACITY as u32).rev().collect();
+        assert_eq!(rows_of(&t, 4), all);
+        let distinct: Vec<u32> = (0..MAX_BUILD_CAPACITY as u32).collect();
+        assert!(!t.build(&distinct));
+        assert_eq!(rows_of(&t, 77), [77]);
     }
 }
