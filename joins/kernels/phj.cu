@@ -64,8 +64,9 @@ struct CoParams {
   uint64_t counts;        // uint64_t*: count pass writes n_items; write pass reads their scan
   uint64_t flags;         // uint32_t* or 0 (count pass, one-pass join)
   uint64_t flags_len;
-  uint64_t out_probe;     // PW* (write pass, one-pass join); uint32_t* when out_probe_hi
-  uint64_t out_build;     // BW*; uint32_t* when out_build_hi
+  uint64_t out_probe;     // PW* (write pass, one-pass join); uint32_t* when out_probe_hi,
+                          // uint64_t* when probe_unpack
+  uint64_t out_build;     // BW*; uint32_t* when out_build_hi, uint64_t* when build_unpack
   uint64_t out_probe_hi;  // uint32_t* or 0: 8-byte probe words split in two (see store_id)
   uint64_t out_build_hi;  // uint32_t* or 0
   uint64_t probe_second;  // const PW* or 0: a second carried column (see store_second)
@@ -78,6 +79,8 @@ struct CoParams {
   uint64_t out_capacity;  // rows out_probe and out_build hold (one-pass join)
   uint32_t capacity;      // rows the shared table holds (sizes the dynamic shared memory)
   uint32_t unique_build;  // skip probing items whose build piece holds a key twice
+  uint32_t probe_unpack;  // 0, or 1 + the low bits of packed 4-byte probe ids stored widened
+  uint32_t build_unpack;  // as probe_unpack, for the build side's ids
 };
 
 template <typename T>
@@ -185,15 +188,23 @@ __device__ __forceinline__ W side_id(const W* ids, uint64_t row) {
   return ids != nullptr ? ids[row] : static_cast<W>(row);
 }
 
-// Writes a side's id word `w` to output row `o`: whole to `out`, or, with `hi` (an 8-byte word
+// Writes a side's id word `w` to output row `o`: whole to `out`; or, with `hi` (an 8-byte word
 // that packs two 4-byte payload columns, low half first), its halves to `out` and `hi`, so a
-// wide join's pair of payloads lands in its two output columns with no pass after the match.
+// wide join's pair of payloads lands in its two output columns with no pass after the match;
+// or, with `unpack` (a 4-byte packed id, see CoParams::probe_unpack), widened to 8 bytes, so a
+// distributed join's global row ids need no pass after the match either.
 template <typename W>
-__device__ __forceinline__ void store_id(uint64_t out, uint64_t hi, uint64_t o, W w) {
+__device__ __forceinline__ void store_id(uint64_t out, uint64_t hi, uint32_t unpack, uint64_t o,
+                                         W w) {
   if constexpr (sizeof(W) == 8) {
     if (hi != 0) {
       ptr<uint32_t>(out)[o] = static_cast<uint32_t>(w);
       ptr<uint32_t>(hi)[o] = static_cast<uint32_t>(w >> 32);
+      return;
+    }
+  } else {
+    if (unpack != 0) {
+      ptr<uint64_t>(out)[o] = joinkit::unpack_id(w, unpack - 1);
       return;
     }
   }
@@ -329,9 +340,9 @@ __device__ __forceinline__ void write_pairs(const CoParams& p, const Table<K>& t
         // Loaded before the stores, as in join_round.
         const BW bid = side_id(build_ids, it.build_begin + b);
         const BW bid2 = second_word<BW>(p.build_second, it.build_begin + b);
-        store_id(p.out_probe, p.out_probe_hi, o, pid);
+        store_id(p.out_probe, p.out_probe_hi, p.probe_unpack, o, pid);
         store_second(p.probe_second, p.out_probe_second, o, pid2);
-        store_id(p.out_build, p.out_build_hi, o, bid);
+        store_id(p.out_build, p.out_build_hi, p.build_unpack, o, bid);
         store_second(p.build_second, p.out_build_second, o, bid2);
         b = t.next[b];
       }
@@ -514,9 +525,9 @@ __device__ __forceinline__ void join_round(const CoParams& p, const Table<K>& t,
       if constexpr (kEarlyIds<K>) build_id = bid[j];
       else build_id = side_id(build_ids, brow);
       const BW build_second = second_word<BW>(p.build_second, brow);
-      store_id(p.out_probe, p.out_probe_hi, o, probe_id);
+      store_id(p.out_probe, p.out_probe_hi, p.probe_unpack, o, probe_id);
       store_second(p.probe_second, p.out_probe_second, o, probe_second);
-      store_id(p.out_build, p.out_build_hi, o, build_id);
+      store_id(p.out_build, p.out_build_hi, p.build_unpack, o, build_id);
       store_second(p.build_second, p.out_build_second, o, build_second);
     }
   }

@@ -75,13 +75,23 @@ impl Budget {
         }
     }
 
-    /// For materialized outputs: [`output_row_bytes`]; chunks sized by at least the row ids.
+    /// For materialized outputs: [`output_row_bytes`], with the `u32` columns that
+    /// [`JoinOptions::unpack_ids`] widens counted 8 bytes; chunks sized by at least the row ids.
     pub(crate) fn columns<B: Backend>(
         opts: &JoinOptions,
         left: &[Column<B>],
         right: &[Column<B>],
     ) -> Self {
-        let row_bytes = output_row_bytes(opts.kind, left, right);
+        let widened = |cols: &[Column<B>]| {
+            let narrow = cols.iter().filter(|c| matches!(c, Column::U32(_)));
+            4 * narrow.count() as u64
+        };
+        let widened_bytes = match (opts.unpack_ids, opts.kind.has_right_rows()) {
+            (None, _) => 0,
+            (Some(_), true) => widened(left) + widened(right),
+            (Some(_), false) => widened(left),
+        };
+        let row_bytes = output_row_bytes(opts.kind, left, right) + widened_bytes;
         Self {
             limit: opts.memory_budget,
             row_bytes,
@@ -208,18 +218,19 @@ pub struct ColumnChunks<'a, B: JoinBackend, K: Key> {
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] without a memory budget or for another algorithm;
-/// [`Error::OutputOverBudget`] (of one row) when the budget does not hold a single output row;
-/// [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or more; [`Error::LengthMismatch`]
-/// for a payload column of another length than its table's keys; [`Error::DuplicateKey`] when
-/// `right_unique` was promised and broken; allocation, driver and primitive errors. Each chunk
-/// can fail with allocation and driver errors.
+/// [`Error::InvalidArgument`] without a memory budget, for another algorithm or with
+/// [`JoinOptions::unpack_ids`]; [`Error::OutputOverBudget`] (of one row) when the budget does
+/// not hold a single output row; [`Error::SizeOverflow`] for a side of `2^32 - 1` rows or
+/// more; [`Error::LengthMismatch`] for a payload column of another length than its table's
+/// keys; [`Error::DuplicateKey`] when `right_unique` was promised and broken; allocation,
+/// driver and primitive errors. Each chunk can fail with allocation and driver errors.
 pub fn join_columns_chunked<'a, B: JoinBackend, K: Key>(
     b: &'a B,
     left: &'a Table<B, K>,
     right: &'a Table<B, K>,
     opts: &JoinOptions,
 ) -> Result<ColumnChunks<'a, B, K>> {
+    opts.refuse_unpack_ids("the chunked join")?;
     left.check()?;
     right.check()?;
     let budget = Budget::columns(opts, &left.payloads, &right.payloads);

@@ -83,6 +83,11 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     /// column's (the CUDA match writes both; the CPU twin matches by position, then gathers
     /// both).
     pub second: Option<&'a Column<B>>,
+    /// `Some(low_bits)`: `ids` are `Column::U32` packed ids (without `split_words` or
+    /// `second`), and the output names the side by them widened into a `Column::U64`
+    /// ([`joinkit_cuda::Backend::unpack_ids`]; the CUDA match writes them widened, the CPU
+    /// twin widens its words after matching).
+    pub unpack: Option<u32>,
 }
 
 // By hand: a derive would ask `B: Copy`, and every field is a reference or a flag.
@@ -103,6 +108,7 @@ impl<'a, B: Backend, K: Key> CoSide<'a, B, K> {
             ids: None,
             split_words: false,
             second: None,
+            unpack: None,
         }
     }
 
@@ -125,6 +131,16 @@ impl<'a, B: Backend, K: Key> CoSide<'a, B, K> {
     #[must_use]
     pub fn with_second(self, second: Option<&'a Column<B>>) -> Self {
         Self { second, ..self }
+    }
+
+    /// `ids` widened from packed ids with `low_bits` low bits in the output (see the field),
+    /// or not.
+    #[must_use]
+    pub fn with_unpack(self, low_bits: Option<u32>) -> Self {
+        Self {
+            unpack: low_bits,
+            ..self
+        }
     }
 }
 
@@ -340,6 +356,15 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
         )));
     }
     for side in [probe, build] {
+        if let Some(low_bits) = side.unpack {
+            let narrow = matches!(side.ids, Some(Column::U32(_)));
+            if !narrow || side.split_words || side.second.is_some() || low_bits > 32 {
+                return Err(Error::InvalidArgument(format!(
+                    "co-partition ids unpacked with {low_bits} low bits must be one u32 column, \
+                     at most 32 bits low"
+                )));
+            }
+        }
         if side.split_words && !matches!(side.ids, Some(Column::U64(_))) {
             return Err(Error::InvalidArgument(
                 "co-partition ids split in halves must be u64 words".into(),
@@ -999,20 +1024,24 @@ impl CoPartitionJoin for CpuBackend {
 }
 
 /// A side's output columns from the words the CPU match wrote: the words, their halves
-/// ([`CoSide::split_words`]), or, for a side with a [`CoSide::second`] column (matched by
-/// position), both carried columns gathered at the positions.
+/// ([`CoSide::split_words`]), the words widened ([`CoSide::unpack`]), or, for a side with a
+/// [`CoSide::second`] column (matched by position), both carried columns gathered at the
+/// positions.
 fn side_columns<K: Key>(
     b: &CpuBackend,
     words: Column<CpuBackend>,
     side: &CoSide<'_, CpuBackend, K>,
 ) -> Result<Vec<Column<CpuBackend>>> {
-    Ok(match (words, side.ids, side.second) {
-        (Column::U32(positions), Some(first), Some(second)) => {
+    Ok(match (words, side.ids, side.second, side.unpack) {
+        (Column::U32(positions), Some(first), Some(second), _) => {
             crate::join::gather_columns(b, [first, second], &positions)?
         }
         (Column::U64(w), ..) if side.split_words => {
             let (lo, hi) = b.deinterleave(&w)?;
             vec![Column::U32(lo), Column::U32(hi)]
+        }
+        (Column::U32(packed), _, _, Some(low_bits)) => {
+            vec![Column::U64(b.unpack_ids(&packed, low_bits)?)]
         }
         (words, ..) => vec![words],
     })

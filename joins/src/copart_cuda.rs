@@ -89,6 +89,8 @@ struct CoParams {
     out_capacity: u64,
     capacity: u32,
     unique_build: u32,
+    probe_unpack: u32,
+    build_unpack: u32,
 }
 
 impl CoParams {
@@ -105,7 +107,7 @@ impl CoParams {
     }
 }
 
-// SAFETY: a repr(C) struct of integers without padding (28 x 8 + 2 x 4 bytes), laid out as
+// SAFETY: a repr(C) struct of integers without padding (28 x 8 + 4 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}
 
@@ -181,8 +183,8 @@ fn column_ptr(c: &Column<CudaBackend>) -> u64 {
 }
 
 /// A side's output columns of `rows` rows: one of its ids' type (`u32` for rows), with
-/// `split_words` two `u32` columns for the halves of its words, or with a `second` column one
-/// of each carried column's type.
+/// `split_words` two `u32` columns for the halves of its words, with `unpack` one `u64` column,
+/// or with a `second` column one of each carried column's type.
 fn side_outputs<K: Key>(
     b: &CudaBackend,
     side: &CoSide<'_, CudaBackend, K>,
@@ -195,12 +197,19 @@ fn side_outputs<K: Key>(
             Column::U32(b.alloc::<u32>(rows)?),
             Column::U32(b.alloc::<u32>(rows)?),
         ],
+        _ if side.unpack.is_some() => vec![Column::U64(b.alloc::<u64>(rows)?)],
         Some(c) => std::iter::once(c)
             .chain(side.second)
             .map(like)
             .collect::<Result<_>>()?,
         None => vec![Column::U32(b.alloc::<u32>(rows)?)],
     })
+}
+
+/// A side's `CoParams::*_unpack` word: 0, or 1 + the low bits of its packed ids
+/// ([`CoSide::unpack`]; check_sides keeps them at most 32).
+fn unpack_word<K: Key>(side: &CoSide<'_, CudaBackend, K>) -> u32 {
+    side.unpack.map_or(0, |low_bits| low_bits + 1)
 }
 
 /// A side's output addresses for the kernel: (whole or low-half words, high halves or 0,
@@ -752,6 +761,8 @@ impl CoPartitionJoin for CudaBackend {
             out_capacity: 0,
             capacity: capacity as u32,
             unique_build: u32::from(want.unique_build),
+            probe_unpack: unpack_word(probe),
+            build_unpack: unpack_word(build),
         };
         if want.pairs && want.unique_build && !want.too_many(probe.pieces.rows) {
             // Every probe row matches at most once: one pass, into outputs of the probe rows

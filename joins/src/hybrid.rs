@@ -485,7 +485,7 @@ impl Pair {
 /// # Errors
 /// As [`join_columns`] (a broken `right_unique` promise is [`Error::DuplicateKey`] wherever
 /// its pair runs); [`Error::InvalidArgument`] for a partition count outside 1 ..=
-/// [`MAX_FANOUT`]; [`Error::DeviceBudget`] under [`HybridSplit::DeviceOnly`] when a pair does
+/// [`MAX_FANOUT`] or with [`JoinOptions::unpack_ids`]; [`Error::DeviceBudget`] under [`HybridSplit::DeviceOnly`] when a pair does
 /// not fit the budget; host allocation errors ([`Error::SizeOverflow`]).
 pub fn hybrid_join<D: JoinBackend, K: Key>(
     device: &D,
@@ -494,6 +494,7 @@ pub fn hybrid_join<D: JoinBackend, K: Key>(
     opts: &HybridOptions,
 ) -> Result<(Materialized<CpuBackend>, HybridStats)> {
     let started = Instant::now();
+    opts.join.refuse_unpack_ids("the hybrid join")?;
     left.check()?;
     right.check()?;
     check_rows(left.len())?;

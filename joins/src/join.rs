@@ -680,12 +680,14 @@ pub(crate) fn gather_columns<'a, B: JoinBackend>(
 /// `Column::U32` (carried as one interleaved 8-byte word) or two `Column::U64` (the second
 /// partitioned in a pass of its own) has its match write the carried payloads themselves, so
 /// nothing is gathered; with `right_unique` on CUDA, those output columns keep an allocation of
-/// one row per left row, however few match.
+/// one row per left row, however few match. With [`JoinOptions::unpack_ids`] the `u32` payload
+/// columns come back as `u64` ones, widened by that match as it writes one `u32` column a side,
+/// else after the join.
 ///
 /// # Errors
 /// As [`join_rows`] ([`crate::join_columns_chunked`] gives an output over the budget in
 /// pieces); [`Error::LengthMismatch`] for a payload column of another length than its table's
-/// keys.
+/// keys; [`Error::InvalidArgument`] for [`JoinOptions::unpack_ids`] of more than 32 low bits.
 pub fn join_columns<B: JoinBackend, K: Key>(
     b: &B,
     left: &Table<B, K>,
@@ -693,6 +695,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     opts: &JoinOptions,
 ) -> Result<(Materialized<B>, JoinStats)> {
     begin_join(b)?;
+    opts.check_unpack_ids()?;
     left.check()?;
     right.check()?;
     check_rows(left.len())?;
@@ -754,6 +757,7 @@ pub fn join_columns<B: JoinBackend, K: Key>(
     } else {
         materialize(b, &mut ph, plan.algorithm, opts, left, right, &m)?
     };
+    let result = unpack_ids(b, &mut ph, opts, result)?;
     let st = stats(
         b,
         plan.algorithm,
@@ -764,6 +768,26 @@ pub fn join_columns<B: JoinBackend, K: Key>(
         &ph,
     );
     Ok((result, plan.stats(st)))
+}
+
+/// `out` with its `u32` payload columns widened as [`JoinOptions::unpack_ids`] asks (none
+/// where it is `None`; those the match wrote widened are `u64` already).
+pub(crate) fn unpack_ids<B: JoinBackend>(
+    b: &B,
+    ph: &mut Phases<'_, B>,
+    opts: &JoinOptions,
+    mut out: Materialized<B>,
+) -> Result<Materialized<B>> {
+    let Some(low_bits) = opts.unpack_ids else {
+        return Ok(out);
+    };
+    for col in out.left.iter_mut().chain(out.right.iter_mut()) {
+        if let Column::U32(packed) = col {
+            let wide = ph.run("materialize", || b.unpack_ids(packed, low_bits))?;
+            *col = Column::U64(wide);
+        }
+    }
+    Ok(out)
 }
 
 /// The output columns of a join whose match found ids (row ids, sorted or partitioned

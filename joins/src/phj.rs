@@ -458,6 +458,17 @@ pub(crate) fn om_match<B: JoinBackend, K: Key>(
         .with_ids(match_ids(&right.parts, payloads))
         .with_split_words(right.split)
         .with_second(right.second.as_ref());
+    // Packed ids the output widens: written widened by the match where a side carries one
+    // u32 payload column (join::unpack_ids widens the rest after the join).
+    let unpack = |side: &CoSide<'_, B, K>| {
+        let one_u32 = !side.split_words && side.second.is_none();
+        let one_u32 = payloads && one_u32 && matches!(side.ids, Some(Column::U32(_)));
+        opts.unpack_ids.filter(|_| one_u32)
+    };
+    let (probe, build) = (
+        probe.with_unpack(unpack(&probe)),
+        build.with_unpack(unpack(&build)),
+    );
     co_match(b, &probe, &build, opts, budget, left_rows)
 }
 

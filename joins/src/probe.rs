@@ -14,7 +14,7 @@ use crate::chunk::Budget;
 use crate::copart::Pieces;
 use crate::join::{
     Phases, assemble_rows, begin_join, build_right_table, check_rows, hash_join_algorithm,
-    materialize, stats, table_match,
+    materialize, stats, table_match, unpack_ids,
 };
 use crate::phj::{Layout, OmShape, OmSide, om_left, om_match, om_right};
 use crate::{
@@ -62,6 +62,7 @@ impl<'r, B: JoinBackend, K: Key> ProbeTable<'r, B, K> {
     /// than the keys; allocation and driver errors.
     pub fn build(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<Self> {
         let (algorithm, chained) = hash_join_algorithm(opts, "a probe table")?;
+        opts.check_unpack_ids()?;
         right.check()?;
         check_rows(right.len())?;
         begin_join(b)?;
@@ -133,6 +134,7 @@ impl<'r, B: JoinBackend, K: Key> ProbeTable<'r, B, K> {
         let budget = Budget::columns(&self.opts, &left.payloads, &self.right.payloads);
         let m = table_match(b, &mut ph, &self.table, &left.keys, &self.opts, &budget)?;
         let out = materialize(b, &mut ph, self.algorithm, &self.opts, left, self.right, &m)?;
+        let out = unpack_ids(b, &mut ph, &self.opts, out)?;
         let n = out.rows;
         Ok((out, self.probe_stats(left.len(), n, &ph)))
     }
@@ -218,6 +220,7 @@ impl<'r, B: JoinBackend, K: Key> PartitionedProbe<'r, B, K> {
         if opts.kind != JoinKind::Inner || !Layout::carries_all(&right.payloads) {
             return Err(unsupported());
         }
+        opts.check_unpack_ids()?;
         right.check()?;
         check_rows(right.len())?;
         begin_join(b)?;
@@ -287,6 +290,7 @@ impl<'r, B: JoinBackend, K: Key> PartitionedProbe<'r, B, K> {
             right_valid: None,
             rows,
         };
+        let out = unpack_ids(b, &mut ph, &self.opts, out)?;
         let st = stats(
             b,
             Algorithm::PhjOm,

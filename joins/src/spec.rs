@@ -134,6 +134,17 @@ pub struct JoinOptions {
     /// (anything but an inner join with one `u32`/`u64` payload column a side, or two of one
     /// of those types): its payload columns are partitioned after the match with the keys.
     pub narrow_keys: bool,
+    /// `Some(low_bits)`: every `u32` payload column holds packed ids `high << low_bits | low`
+    /// ([`joinkit_cuda::Backend::unpack_ids`]), and the output gives each as a `u64` column
+    /// `high << 32 | low`. Why: ids that name a rank and a row travel through the distributed
+    /// joins' shuffle and partitions 4 bytes wide and come out 8 wide; PHJ-OM's match writes
+    /// them widened where it writes the payloads itself (one `u32` column a side), saving a
+    /// pass over the output, and other algorithms widen after the join.
+    /// [`JoinOptions::memory_budget`] counts such a column 8 bytes a row. Taken by
+    /// [`crate::join_columns`], [`crate::ProbeTable::probe_columns`] and
+    /// [`crate::PartitionedProbe::probe_columns`]; the chunked, streamed and hybrid joins
+    /// refuse it ([`crate::Error::InvalidArgument`]), as does a `low_bits` above 32.
+    pub unpack_ids: Option<u32>,
 }
 
 impl JoinOptions {
@@ -145,6 +156,7 @@ impl JoinOptions {
             right_unique: false,
             memory_budget: None,
             narrow_keys: true,
+            unpack_ids: None,
         }
     }
 
@@ -170,5 +182,31 @@ impl JoinOptions {
     pub fn narrow_keys(mut self, narrow: bool) -> Self {
         self.narrow_keys = narrow;
         self
+    }
+
+    /// With `u32` payloads widened from packed ids (see [`JoinOptions::unpack_ids`]), or not.
+    pub fn unpack_ids(mut self, low_bits: Option<u32>) -> Self {
+        self.unpack_ids = low_bits;
+        self
+    }
+
+    /// Refuses [`JoinOptions::unpack_ids`] in a join that does not take it (`join`: its name).
+    pub(crate) fn refuse_unpack_ids(&self, join: &str) -> crate::Result<()> {
+        match self.unpack_ids {
+            Some(_) => Err(crate::Error::InvalidArgument(format!(
+                "{join} does not take JoinOptions::unpack_ids"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks [`JoinOptions::unpack_ids`]' low bits.
+    pub(crate) fn check_unpack_ids(&self) -> crate::Result<()> {
+        match self.unpack_ids {
+            Some(bits) if bits > 32 => Err(crate::Error::InvalidArgument(format!(
+                "unpacking ids with {bits} low bits: at most 32"
+            ))),
+            _ => Ok(()),
+        }
     }
 }

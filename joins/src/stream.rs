@@ -320,9 +320,10 @@ impl StreamOptions {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for chunks of no row, fewer than 2 buffers, or chunks the
-    /// joins' 32-bit row ids cannot address.
+    /// joins' 32-bit row ids cannot address, or with [`JoinOptions::unpack_ids`].
     pub(crate) fn check(&self) -> Result<()> {
         crate::check_rows(self.chunk_rows)?;
+        self.join.refuse_unpack_ids("a streamed join")?;
         if self.chunk_rows == 0 || self.buffers < 2 {
             return Err(Error::InvalidArgument(format!(
                 "a streamed join needs chunks of at least one row and 2 buffers, not {} rows \

@@ -64,6 +64,14 @@ fn each_case<K: Key>(
     Ok(())
 }
 
+/// Every concrete algorithm, then Auto.
+fn every_algorithm_and_auto() -> Vec<Algorithm> {
+    Algorithm::CONCRETE
+        .into_iter()
+        .chain([Algorithm::Auto])
+        .collect()
+}
+
 /// Every algorithm (and Auto) and kind on `cases` pairs of key columns from `inputs`, the
 /// right side as drawn and deduplicated ([`each_case`]), on both backends, against the
 /// reference.
@@ -76,10 +84,7 @@ fn check_every_algorithm<K: Key>(
     let gpu = gpu(test);
     #[cfg(not(feature = "cuda"))]
     let _ = test;
-    let algorithms: Vec<Algorithm> = Algorithm::CONCRETE
-        .into_iter()
-        .chain([Algorithm::Auto])
-        .collect();
+    let algorithms = every_algorithm_and_auto();
     common::runner(cases)
         .run(&inputs, |(l, r)| {
             each_case(&r, &algorithms, |r, kind, opts| {
@@ -519,6 +524,174 @@ fn shaped_rows<B: JoinBackend, K: Key>(
     rows
 }
 
+/// A side's packed ids for [`JoinOptions::unpack_ids`]: random 32-bit words.
+fn packed_ids(n: usize, salt: u64) -> Vec<u32> {
+    (0..n as u64).map(|i| hash64(i, salt) as u32).collect()
+}
+
+/// The widening of [`JoinOptions::unpack_ids`], written out: `high << low_bits | low` to
+/// `high << 32 | low`.
+fn widened(v: u32, low_bits: u32) -> u64 {
+    let v = u64::from(v);
+    let low = v & ((1u64 << low_bits) - 1);
+    ((v >> low_bits) << 32) | low
+}
+
+/// Output rows (left id, right id, valid) of a join of one packed-id column a side, widened,
+/// sorted; every output column must be `u64`. PHJ-OM's inner joins must write them widened in
+/// their match (no pass after it).
+fn unpacked_rows<B: JoinBackend, K: Key>(
+    b: &B,
+    (l, lp): (&[K], &[u32]),
+    (r, rp): (&[K], &[u32]),
+    opts: &JoinOptions,
+) -> Result<Vec<Vec<u64>>, Error> {
+    let side =
+        |keys: &[K], ids: &[u32]| Table::new(b.upload(keys)?, vec![Column::U32(b.upload(ids)?)]);
+    let (out, stats) = join_columns(b, &side(l, lp)?, &side(r, rp)?, opts)?;
+    assert_eq!(stats.output_rows, out.rows);
+    let all_wide = out.left.iter().chain(&out.right);
+    assert!(
+        all_wide.clone().all(|c| matches!(c, Column::U64(_))),
+        "{opts:?}"
+    );
+    if stats.algorithm == Algorithm::PhjOm && opts.kind == JoinKind::Inner {
+        let gathered = stats.phases.iter().any(|p| p.0 == "materialize");
+        assert!(!gathered, "{opts:?}: {:?}", stats.phases);
+    }
+    let mut rows = rows_of(b, &out);
+    rows.sort_unstable();
+    Ok(rows)
+}
+
+/// The reference's rows of [`unpacked_rows`].
+fn unpacked_expected<K: Key>(
+    (l, lp): (&[K], &[u32]),
+    (r, rp): (&[K], &[u32]),
+    kind: JoinKind,
+    low_bits: u32,
+) -> Vec<Vec<u64>> {
+    let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
+        .into_iter()
+        .map(|(li, ri)| {
+            let left = widened(lp[li as usize], low_bits);
+            match (kind.has_right_rows(), ri) {
+                (false, _) => vec![left, 1],
+                (true, joinkit::NULL_ROW) => vec![left, 0, 0],
+                (true, ri) => vec![left, widened(rp[ri as usize], low_bits), 1],
+            }
+        })
+        .collect();
+    rows.sort_unstable();
+    rows
+}
+
+/// Packed ids widened by the join ([`JoinOptions::unpack_ids`], every low-bit count 0 … 32):
+/// every algorithm, Auto and kind, right keys as drawn and deduplicated, both backends, equal
+/// to the reference's pairs of widened ids.
+fn check_unpacked<K: Key + Arbitrary>(test: &str) {
+    #[cfg(feature = "cuda")]
+    let gpu = gpu(test);
+    #[cfg(not(feature = "cuda"))]
+    let _ = test;
+    let algorithms = every_algorithm_and_auto();
+    runner()
+        .run(
+            &(keys::<K>(), keys::<K>(), 0u32..=32, any::<u64>()),
+            |(l, r, low_bits, salt)| {
+                let lp = packed_ids(l.len(), salt);
+                each_case(&r, &algorithms, |r, kind, opts| {
+                    let rp = packed_ids(r.len(), salt ^ 1);
+                    let opts = opts.unpack_ids(Some(low_bits));
+                    let want = unpacked_expected((&l, &lp), (r, &rp), kind, low_bits);
+                    let cpu = CpuBackend::new();
+                    let got = unpacked_rows(&cpu, (&l, &lp), (r, &rp), &opts).unwrap();
+                    prop_assert_eq!(&got, &want, "cpu {:?}", opts);
+                    #[cfg(feature = "cuda")]
+                    if let Some(g) = &gpu {
+                        let got = unpacked_rows(g, (&l, &lp), (r, &rp), &opts).unwrap();
+                        prop_assert_eq!(&got, &want, "cuda {:?}", opts);
+                    }
+                    Ok(())
+                })
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn unpacked_ids_match_the_reference_u32() {
+    check_unpacked::<u32>("unpacked_ids_match_the_reference_u32");
+}
+
+#[test]
+fn unpacked_ids_match_the_reference_u64() {
+    check_unpacked::<u64>("unpacked_ids_match_the_reference_u64");
+}
+
+/// [`JoinOptions::unpack_ids`]: the budget counts the widened ids 8 bytes a row, more than 32
+/// low bits and the joins that do not take it are typed errors.
+fn unpack_ids_limits<B: JoinBackend>(b: &B) {
+    let (l, r) = ([1u32, 2, 2, 5], [2u32, 2, 3]);
+    let (lp, rp) = (packed_ids(4, 1), packed_ids(3, 2));
+    let side = |keys: &[u32], ids: &[u32]| {
+        Table::new(
+            b.upload(keys).unwrap(),
+            vec![Column::U32(b.upload(ids).unwrap())],
+        )
+        .unwrap()
+    };
+    let (left, right) = (side(&l, &lp), side(&r, &rp));
+    for algorithm in Algorithm::CONCRETE {
+        let opts = JoinOptions::new(JoinKind::Inner)
+            .algorithm(algorithm)
+            .unpack_ids(Some(20));
+        // 4 rows of two 8-byte ids.
+        let fits = join_columns(b, &left, &right, &opts.memory_budget(64));
+        assert_eq!(fits.unwrap().0.rows, 4, "{algorithm}");
+        assert_eq!(
+            join_columns(b, &left, &right, &opts.memory_budget(63)).err(),
+            Some(Error::OutputOverBudget {
+                rows: 4,
+                bytes: 64,
+                budget: 63
+            }),
+            "{algorithm}"
+        );
+        assert!(
+            matches!(
+                join_columns(b, &left, &right, &opts.unpack_ids(Some(33))),
+                Err(Error::InvalidArgument(_))
+            ),
+            "{algorithm}"
+        );
+    }
+    let opts = JoinOptions::new(JoinKind::Inner)
+        .unpack_ids(Some(20))
+        .memory_budget(1 << 20);
+    assert!(matches!(
+        joinkit::join_columns_chunked(b, &left, &right, &opts).err(),
+        Some(Error::InvalidArgument(_))
+    ));
+    // The hybrid join's tables are in host memory.
+    use joinkit::Backend as _;
+    let cpu = CpuBackend::new();
+    let host = |keys: &[u32], ids: &[u32]| {
+        let ids = Column::U32(cpu.upload(ids).unwrap());
+        Table::new(cpu.upload(keys).unwrap(), vec![ids]).unwrap()
+    };
+    let hybrid = joinkit::HybridOptions::new(opts, 1 << 20);
+    assert!(matches!(
+        joinkit::hybrid_join(b, &host(&l, &lp), &host(&r, &rp), &hybrid).err(),
+        Some(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn unpack_ids_limits_are_typed_errors() {
+    on_cpu_and_gpu!("unpack_ids_limits_are_typed_errors", unpack_ids_limits);
+}
+
 fn bad_input<B: JoinBackend>(b: &B) {
     // A PK side with a duplicate key, for every algorithm.
     let l = b.upload(&[1u32, 2, 3]).unwrap();
@@ -586,6 +759,37 @@ fn large_carried_payload_joins_match_the_cpu() {
     for opts in [pk_fk, pk_fk.right_unique(false)] {
         let want = shaped_rows(&CpuBackend::new(), &s, &r, &opts, shape);
         assert_eq!(shaped_rows(&g, &s, &r, &opts, shape), want, "{opts:?}");
+    }
+}
+
+/// Packed ids widened by PHJ-OM's match at a size where the one-pass match hands out runs of
+/// items (2^21 ⋈ 2^22 PK-FK), and by its two-pass (M:N) match; u32 and u64 keys; GPU == CPU.
+#[cfg(feature = "cuda")]
+#[test]
+fn large_unpacked_ids_match_the_cpu() {
+    let Some(g) = gpu("large_unpacked_ids_match_the_cpu") else {
+        return;
+    };
+    let pk_fk = JoinOptions::new(JoinKind::Inner)
+        .algorithm(Algorithm::PhjOm)
+        .right_unique(true)
+        .unpack_ids(Some(27));
+    let r: Vec<u64> = joinkit_datagen::unique_keys(1 << 21, 7).unwrap();
+    let s: Vec<u64> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.9, 8).unwrap();
+    let (sp, rp) = (packed_ids(s.len(), 9), packed_ids(r.len(), 10));
+    for opts in [pk_fk, pk_fk.right_unique(false)] {
+        let want = unpacked_rows(&CpuBackend::new(), (&s, &sp), (&r, &rp), &opts).unwrap();
+        let got = unpacked_rows(&g, (&s, &sp), (&r, &rp), &opts).unwrap();
+        assert_eq!(got.len(), want.len(), "{opts:?}");
+        assert!(got == want, "{opts:?}");
+    }
+    let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 21, 11).unwrap();
+    let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.7, 12).unwrap();
+    for opts in [pk_fk, pk_fk.right_unique(false)] {
+        let want = unpacked_rows(&CpuBackend::new(), (&s, &sp), (&r, &rp), &opts).unwrap();
+        let got = unpacked_rows(&g, (&s, &sp), (&r, &rp), &opts).unwrap();
+        assert_eq!(got.len(), want.len(), "{opts:?}");
+        assert!(got == want, "{opts:?}");
     }
 }
 

@@ -45,17 +45,10 @@ extern "C" __global__ void random_bits_u64(uint64_t* out, uint64_t n, uint64_t s
   random_bits(out, n, seed, m);
 }
 
-// Packed 32-bit ids `high << shift | low` widened to `high << 32 | low` (Backend::unpack_ids;
-// `mask` keeps the low `shift` bits, a shift of 32 leaves no high part).
-__device__ __forceinline__ uint64_t unpack_id(uint32_t v, uint32_t shift, uint32_t mask) {
-  const uint64_t high = shift >= 32 ? 0 : (v >> shift);
-  return (high << 32) | (v & mask);
-}
-
 // Two ids a step where both buffers are aligned (an 8-byte load, a 16-byte store): a
 // distributed join widens every output id, 2^28 a side a rank in Gao's shape.
 extern "C" __global__ void unpack_ids(uint64_t* out, uint64_t n, const uint32_t* packed,
-                                      uint32_t shift, uint32_t mask) {
+                                      uint32_t low_bits) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(out) & 15) |
                         (reinterpret_cast<uintptr_t>(packed) & 7)) == 0;
   const uint64_t pairs = aligned ? n / 2 : 0;
@@ -63,10 +56,11 @@ extern "C" __global__ void unpack_ids(uint64_t* out, uint64_t n, const uint32_t*
   ulonglong2* out2 = reinterpret_cast<ulonglong2*>(out);
   for (uint64_t q = joinkit::global_thread_id(); q < pairs; q += joinkit::grid_stride()) {
     const uint2 v = in2[q];
-    out2[q] = make_ulonglong2(unpack_id(v.x, shift, mask), unpack_id(v.y, shift, mask));
+    out2[q] =
+        make_ulonglong2(joinkit::unpack_id(v.x, low_bits), joinkit::unpack_id(v.y, low_bits));
   }
   for (uint64_t i = 2 * pairs + joinkit::global_thread_id(); i < n; i += joinkit::grid_stride())
-    out[i] = unpack_id(packed[i], shift, mask);
+    out[i] = joinkit::unpack_id(packed[i], low_bits);
 }
 
 // One element stored into a page-locked host word by the GPU itself, then posted with the

@@ -72,7 +72,8 @@ impl<B: JoinBackend + HashPartition + LowWordsPartition + Codec + SideStream> Di
 /// row there), with statistics. Every rank calls it with its own rows and the same options;
 /// the inputs are consumed (the shuffle frees them as soon as they are partitioned). The row
 /// ids travel 4 bytes wide through the shuffle and the local join where every rank's rows and
-/// the ranks fit 32 bits (`rank << row_bits | row`), and are unpacked at the end.
+/// the ranks fit 32 bits (`rank << row_bits | row`), and the local join writes them widened
+/// ([`JoinOptions::unpack_ids`]).
 ///
 /// # Errors
 /// [`Error::RanksDisagree`] when the ranks' options or key widths differ;
@@ -109,12 +110,10 @@ where
         keys,
         payloads: Vec::new(),
     };
-    // The output returned holds 8-byte ids: with 4-byte ones the join's output is half as
-    // wide, so its budget is halved (for a left outer join's validity column, conservatively).
+    // The local join widens the 4-byte ids into 8-byte global ones as it writes them (and its
+    // budget counts them 8 bytes wide).
     let mut run_opts = *opts;
-    if packed.is_some() {
-        run_opts.join.memory_budget = opts.join.memory_budget.map(|bytes| bytes / 2);
-    }
+    run_opts.join.unpack_ids = packed;
     let (out, stats) = run(
         comm,
         b,
@@ -122,10 +121,9 @@ where
         &run_opts,
         Some(ids),
     )?;
-    let u64_of = |mut cols: Vec<Column<C::Backend>>| match (cols.pop(), packed) {
-        (Some(Column::U64(c)), None) => Ok(Some(c)),
-        (Some(Column::U32(c)), Some(row_bits)) => b.unpack_ids(&c, row_bits).map(Some),
-        (None, _) => Ok(None),
+    let u64_of = |mut cols: Vec<Column<C::Backend>>| match cols.pop() {
+        Some(Column::U64(c)) => Ok(Some(c)),
+        None => Ok(None),
         _ => Err(Error::Corrupt("row ids came back as another type".into())),
     };
     let rows = out.rows;

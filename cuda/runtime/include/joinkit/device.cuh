@@ -88,4 +88,12 @@ __device__ __forceinline__ void post_ticket(uint64_t* ticket_word, uint64_t tick
   *reinterpret_cast<volatile uint64_t*>(ticket_word) = ticket;
 }
 
+// A packed 32-bit id `high << low_bits | low` widened to `high << 32 | low` (Backend::unpack_ids,
+// JoinOptions::unpack_ids); `low_bits` is at most 32, and 32 leaves no high part.
+__device__ __forceinline__ uint64_t unpack_id(uint32_t v, uint32_t low_bits) {
+  const uint64_t high = low_bits >= 32 ? 0 : (v >> low_bits);
+  const uint32_t mask = low_bits >= 32 ? 0xffffffffu : (1u << low_bits) - 1u;
+  return (high << 32) | (v & mask);
+}
+
 }  // namespace joinkit

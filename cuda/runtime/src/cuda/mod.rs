@@ -844,7 +844,7 @@ impl Backend for CudaBackend {
     }
 
     fn unpack_ids(&self, packed: &DeviceBuffer<u32>, low_bits: u32) -> Result<DeviceBuffer<u64>> {
-        let (shift, mask) = crate::cpu::unpack_shift_and_mask(low_bits)?;
+        crate::cpu::unpack_shift_and_mask(low_bits)?; // the same check as the CPU's
         let out = self.alloc_tracked::<u64>(packed.len())?;
         if packed.is_empty() {
             return Ok(out);
@@ -854,7 +854,7 @@ impl Backend for CudaBackend {
         let n = packed.len() as u64;
         let (dst, src) = (out.device_ptr(), packed.device_ptr());
         let mut b = self.stream().launch_builder(&f);
-        b.arg(&dst).arg(&n).arg(&src).arg(&shift).arg(&mask);
+        b.arg(&dst).arg(&n).arg(&src).arg(&low_bits);
         // SAFETY: the kernel reads n elements of `packed` and writes n of `out`, both of n.
         unsafe { b.launch(cfg) }
             .map(|_| ())
