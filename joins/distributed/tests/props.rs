@@ -43,6 +43,8 @@ struct Case<K> {
     chunks: usize,
     /// Row ids sent as membership bitmaps where the partition by rank narrows the keys.
     id_bitmaps: bool,
+    /// The right keys deduplicated and promised unique (`JoinOptions::right_unique`).
+    right_unique: bool,
 }
 
 /// Keys with duplicates on both sides, no matches, one heavy key, the extremes.
@@ -121,7 +123,7 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
         prop_oneof![Just(Skew::Off), Just(Skew::Replicate { load: 0.25 })],
         any::<bool>(),
         any::<bool>(),
-        (compression(), 1usize..=7, any::<bool>()),
+        (compression(), 1usize..=7, any::<bool>(), any::<bool>()),
     )
         .prop_flat_map(
             |(
@@ -134,8 +136,13 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
                 skew,
                 columns,
                 root,
-                (compress, chunks, id_bitmaps),
+                (compress, chunks, id_bitmaps, right_unique),
             )| {
+                let mut right = right;
+                if right_unique {
+                    let mut seen = std::collections::HashSet::new();
+                    right.retain(|k| seen.insert(*k));
+                }
                 let (l, r) = (left.len(), right.len());
                 (spread(l, ranks), spread(r, ranks)).prop_map(move |(left_ranks, right_ranks)| {
                     Case {
@@ -154,6 +161,7 @@ fn case<K: Key + Arbitrary>() -> impl Strategy<Value = Case<K>> {
                         compress,
                         chunks,
                         id_bitmaps,
+                        right_unique,
                     }
                 })
             },
@@ -245,7 +253,8 @@ fn expected<K: Key>(c: &Case<K>, left_ids: &[u64], right_ids: &[u64]) -> Vec<Vec
 
 /// The options case `c` runs with.
 fn options<K>(c: &Case<K>) -> DistributedOptions {
-    DistributedOptions::new(JoinOptions::new(c.kind).algorithm(c.algorithm))
+    let join = JoinOptions::new(c.kind).algorithm(c.algorithm);
+    DistributedOptions::new(join.right_unique(c.right_unique))
         .placement(c.placement)
         .shuffle(c.shuffle)
         .skew(c.skew)
@@ -448,6 +457,7 @@ fn check_a_key_the_look_missed<B: DistributedBackend>(
         compress: Compression::Off,
         chunks: 1,
         id_bitmaps: true,
+        right_unique: false,
     };
     for s in check_case(&c, open) {
         let narrowed = outlier.is_none();
@@ -713,6 +723,8 @@ fn a_heavy_key_is_replicated_and_balances_the_ranks() {
             compress: Compression::Off,
             chunks: 1,
             id_bitmaps: false,
+            // R is a primary key: its rows of the heavy key go to every rank, once.
+            right_unique: true,
         };
         check_case(&c, &|| CpuBackend::new());
         let (_, stats) = run_case(&c, &|| CpuBackend::new());
@@ -843,6 +855,40 @@ fn bad_input_on_one_rank_and_disagreeing_ranks_are_errors_everywhere() {
     });
     for r in &results {
         assert!(matches!(r, Err(Error::RanksDisagree(_))), "{r:?}");
+    }
+}
+
+/// A right key twice, on two ranks, under the uniqueness promise: the rank the shuffle brings
+/// both rows to says [`Error::DuplicateKey`], the others [`Error::PeerFailed`]; with the right
+/// side replicated every rank sees both rows. No rank returns an output.
+#[test]
+fn a_broken_uniqueness_promise_is_an_error_on_every_rank() {
+    let world = LocalWorld::new(3, CommConfig::default()).unwrap();
+    for placement in [Placement::Partitioned, Placement::Replicated] {
+        let results = world.run(|comm| {
+            let cpu = CpuBackend::new();
+            let rank = comm.rank() as u32;
+            let left = cpu.upload(&[1u32, 2, 3, 40 + rank])?;
+            // Key 9 on ranks 0 and 2; every other right key once.
+            let right = match rank {
+                1 => vec![1u32, 2],
+                _ => vec![9, 10 + rank],
+            };
+            let join = JoinOptions::new(JoinKind::Inner).right_unique(true);
+            let opts = DistributedOptions::new(join).placement(placement);
+            distributed_join_rows(&comm, &cpu, left, cpu.upload(&right)?, &opts).map(drop)
+        });
+        let duplicate = results
+            .iter()
+            .filter(|r| matches!(r, Err(Error::DuplicateKey { side: "right" })));
+        assert!(duplicate.count() >= 1, "{placement:?}: {results:?}");
+        for r in &results {
+            let failed = matches!(
+                r,
+                Err(Error::DuplicateKey { .. } | Error::PeerFailed { .. })
+            );
+            assert!(failed, "{placement:?}: {r:?}");
+        }
     }
 }
 
