@@ -65,8 +65,8 @@ pub(crate) struct DistributedArgs {
     #[arg(long)]
     per_rank: bool,
     /// Promise the joins that R's keys are unique, as every workload here makes them
-    /// (JoinOptions::right_unique: each rank's local join checks its keys and matches in one
-    /// pass). Off by default: the series before it ran without the promise.
+    /// (JoinOptions::right_unique: each rank's local join checks its keys; PHJ-OM on a GPU then
+    /// matches in one pass). Off by default: the series before it ran without the promise.
     #[arg(long)]
     right_unique: bool,
     /// Key width in bits: 32 or 64 (Gao's: 64).

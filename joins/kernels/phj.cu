@@ -82,6 +82,7 @@ struct CoParams {
   uint32_t probe_unpack;  // 0, or 1 + the low bits of packed 4-byte probe ids stored widened
   uint32_t build_unpack;  // as probe_unpack, for the build side's ids
 };
+static_assert(sizeof(CoParams) == 28 * 8 + 4 * 4, "CoParams as src/copart_cuda.rs lays it out");
 
 template <typename T>
 __device__ __forceinline__ T* ptr(uint64_t p) {

@@ -37,7 +37,7 @@ const PAIR_ID_BYTES: u64 = 8;
 /// Bytes of one output row of [`crate::join_columns`] (and of its chunked join), as
 /// [`JoinOptions::memory_budget`] counts them: the widths of the left payload columns, plus for
 /// inner and left outer joins those of the right ones, plus for left outer joins 4 for the
-/// validity word.
+/// validity word (without [`JoinOptions::unpack_ids`], which widens `u32` columns to 8 bytes).
 pub fn output_row_bytes<B: Backend>(
     kind: JoinKind,
     left: &[Column<B>],
@@ -247,7 +247,7 @@ pub fn join_columns_chunked<'a, B: JoinBackend, K: Key>(
 /// [`NULL_ROW`] as their right row.
 ///
 /// # Errors
-/// As [`join_columns_chunked`].
+/// As [`join_columns_chunked`] ([`JoinOptions::unpack_ids`] aside: row ids are not payloads).
 pub fn join_rows_chunked<'a, B: JoinBackend, K: Key>(
     b: &'a B,
     left: &'a B::Buf<K>,

@@ -90,7 +90,7 @@ pub struct CoSide<'a, B: Backend, K: Key> {
     pub unpack: Option<u32>,
 }
 
-// By hand: a derive would ask `B: Copy`, and every field is a reference or a flag.
+// By hand: a derive would ask `B: Copy`, and every field is a reference or a small value.
 impl<B: Backend, K: Key> Clone for CoSide<'_, B, K> {
     fn clone(&self) -> Self {
         *self
@@ -208,8 +208,8 @@ pub type PairColumns<B> = (Vec<Column<B>>, Vec<Column<B>>);
 pub struct CoJoined<B: Backend> {
     /// (probe, build) output columns of every match, grouped by work item (compare as
     /// multisets): a side's ids, one column of their type (`Column::U32` for rows), with
-    /// [`CoSide::split_words`] their two halves, or with a [`CoSide::second`] column the ids'
-    /// words and that column's. `None` when not asked for, or when there are more than
+    /// [`CoSide::split_words`] their two halves, with [`CoSide::unpack`] one `Column::U64` of
+    /// the ids widened, or with a [`CoSide::second`] column the ids' words and that column's. `None` when not asked for, or when there are more than
     /// [`CoWant::max_pairs`].
     pub pairs: Option<PairColumns<B>>,
     /// Probe match flags, when asked for.
@@ -317,8 +317,10 @@ pub trait CoPartitionJoin: Backend {
     /// [`Error::InvalidArgument`] for build pieces longer than the backend's tables hold
     /// ([`CoPartitionJoin::build_capacity`] on CUDA, [`MAX_BUILD_CAPACITY`] on the CPU), for
     /// ids of a signed type, for [`CoSide::split_words`] on ids that are not `Column::U64`,
-    /// for a [`CoSide::second`] column without ids of its type, and for flags asked of a probe
-    /// side with split words or a second column (flags index ids, not payloads);
+    /// for a [`CoSide::second`] column without ids of its type, for [`CoSide::unpack`] on ids
+    /// that are not one `Column::U32` or with more than 32 low bits, and for flags asked of a
+    /// probe side with split words, a second column or unpacked ids (flags index ids, not
+    /// payloads);
     /// [`Error::DuplicateKey`] (`"build"`) as [`CoWant::unique_build`] says;
     /// [`Error::SizeOverflow`] when the pairs do not fit memory addresses; allocation and
     /// driver errors.
@@ -338,7 +340,8 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
     want: &CoWant,
     cap: usize,
 ) -> Result<usize> {
-    if (probe.split_words || probe.second.is_some()) && want.flags_len.is_some() {
+    let payload_words = probe.split_words || probe.second.is_some() || probe.unpack.is_some();
+    if payload_words && want.flags_len.is_some() {
         return Err(Error::InvalidArgument(
             "flags of a probe side whose ids are payload words".into(),
         ));

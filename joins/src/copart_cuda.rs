@@ -107,6 +107,8 @@ impl CoParams {
     }
 }
 
+const _: () = assert!(std::mem::size_of::<CoParams>() == 28 * 8 + 4 * 4);
+
 // SAFETY: a repr(C) struct of integers without padding (28 x 8 + 4 x 4 bytes), laid out as
 // `CoParams` in kernels/phj.cu; any bit pattern is valid.
 unsafe impl DeviceRepr for CoParams {}

@@ -485,8 +485,9 @@ impl Pair {
 /// # Errors
 /// As [`join_columns`] (a broken `right_unique` promise is [`Error::DuplicateKey`] wherever
 /// its pair runs); [`Error::InvalidArgument`] for a partition count outside 1 ..=
-/// [`MAX_FANOUT`] or with [`JoinOptions::unpack_ids`]; [`Error::DeviceBudget`] under [`HybridSplit::DeviceOnly`] when a pair does
-/// not fit the budget; host allocation errors ([`Error::SizeOverflow`]).
+/// [`MAX_FANOUT`] or with [`JoinOptions::unpack_ids`]; [`Error::DeviceBudget`] under
+/// [`HybridSplit::DeviceOnly`] when a pair does not fit the budget; host allocation errors
+/// ([`Error::SizeOverflow`]).
 pub fn hybrid_join<D: JoinBackend, K: Key>(
     device: &D,
     left: &Table<CpuBackend, K>,

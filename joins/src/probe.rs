@@ -56,7 +56,7 @@ impl<'r, B: JoinBackend, K: Key> ProbeTable<'r, B, K> {
     ///
     /// # Errors
     /// [`joinkit_cuda::Error::InvalidArgument`] for an algorithm other than NPHJ-open,
-    /// NPHJ-chained or auto; [`joinkit_cuda::Error::DuplicateKey`] when `right_unique` was
+    /// NPHJ-chained or auto, or [`JoinOptions::unpack_ids`] of more than 32 low bits; [`joinkit_cuda::Error::DuplicateKey`] when `right_unique` was
     /// promised and broken; [`joinkit_cuda::Error::SizeOverflow`] for a right side of 2^32 - 1
     /// rows or more; [`joinkit_cuda::Error::LengthMismatch`] for a payload of another length
     /// than the keys; allocation and driver errors.
@@ -212,8 +212,9 @@ impl<'r, B: JoinBackend, K: Key> PartitionedProbe<'r, B, K> {
     /// Partitions `right` (keys and payloads) for probes with `opts`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a join other than an inner join or payloads the match
-    /// does not carry ([`PartitionedProbe::supports`]); [`Error::SizeOverflow`] for a right
+    /// [`Error::InvalidArgument`] for a join other than an inner join, payloads the match does
+    /// not carry ([`PartitionedProbe::supports`]) or [`JoinOptions::unpack_ids`] of more than
+    /// 32 low bits; [`Error::SizeOverflow`] for a right
     /// side of 2^32 - 1 rows or more; [`Error::LengthMismatch`] for a payload of another
     /// length than the keys; allocation and driver errors.
     pub fn build(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<Self> {

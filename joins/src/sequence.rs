@@ -310,6 +310,7 @@ fn check<'c, B: Backend, K: ColumnKey>(
             opts.join.kind
         )));
     }
+    opts.join.refuse_unpack_ids("a sequence of joins")?;
     let rows = fact.first().map_or(0, Column::len);
     for c in fact {
         Error::check_len("fact columns", rows, c.len())?;
@@ -351,8 +352,8 @@ fn check<'c, B: Backend, K: ColumnKey>(
 /// returned.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a join kind other than inner, or a foreign-key column that
-/// does not hold the dimension's key type `K`; [`Error::IndexOutOfRange`] for a foreign-key or
+/// [`Error::InvalidArgument`] for a join kind other than inner, [`JoinOptions::unpack_ids`], or
+/// a foreign-key column that does not hold the dimension's key type `K`; [`Error::IndexOutOfRange`] for a foreign-key or
 /// materialized column index past the fact columns; [`Error::LengthMismatch`] for fact columns
 /// of different lengths, or a dimension payload of another length than its keys;
 /// [`Error::SizeOverflow`] for a fact or dimension table of `2^32 - 1` rows or more;

@@ -142,8 +142,11 @@ pub struct JoinOptions {
     /// pass over the output, and other algorithms widen after the join.
     /// [`JoinOptions::memory_budget`] counts such a column 8 bytes a row. Taken by
     /// [`crate::join_columns`], [`crate::ProbeTable::probe_columns`] and
-    /// [`crate::PartitionedProbe::probe_columns`]; the chunked, streamed and hybrid joins
-    /// refuse it ([`crate::Error::InvalidArgument`]), as does a `low_bits` above 32.
+    /// [`crate::PartitionedProbe::probe_columns`]; [`crate::join_columns_chunked`], the streamed
+    /// and hybrid joins and [`crate::join_sequence`] refuse it ([`crate::Error::InvalidArgument`]),
+    /// as do the joins that take it for a `low_bits` above 32. Outputs of row ids
+    /// ([`crate::join_rows`], [`crate::join_rows_chunked`], [`crate::ProbeTable::probe_rows`])
+    /// have no payload columns: it does not apply to them.
     pub unpack_ids: Option<u32>,
 }
 
@@ -202,11 +205,7 @@ impl JoinOptions {
 
     /// Checks [`JoinOptions::unpack_ids`]' low bits.
     pub(crate) fn check_unpack_ids(&self) -> crate::Result<()> {
-        match self.unpack_ids {
-            Some(bits) if bits > 32 => Err(crate::Error::InvalidArgument(format!(
-                "unpacking ids with {bits} low bits: at most 32"
-            ))),
-            _ => Ok(()),
-        }
+        self.unpack_ids
+            .map_or(Ok(()), joinkit_cuda::check_unpack_low_bits)
     }
 }

@@ -524,11 +524,6 @@ fn shaped_rows<B: JoinBackend, K: Key>(
     rows
 }
 
-/// A side's packed ids for [`JoinOptions::unpack_ids`]: random 32-bit words.
-fn packed_ids(n: usize, salt: u64) -> Vec<u32> {
-    (0..n as u64).map(|i| hash64(i, salt) as u32).collect()
-}
-
 /// The widening of [`JoinOptions::unpack_ids`], written out: `high << low_bits | low` to
 /// `high << 32 | low`.
 fn widened(v: u32, low_bits: u32) -> u64 {
@@ -537,25 +532,82 @@ fn widened(v: u32, low_bits: u32) -> u64 {
     ((v >> low_bits) << 32) | low
 }
 
-/// Output rows (left id, right id, valid) of a join of one packed-id column a side, widened,
-/// sorted; every output column must be `u64`. PHJ-OM's inner joins must write them widened in
-/// their match (no pass after it).
+/// A side's payload columns for the widening tests: `u32` packed ids (widened by the join) and
+/// `u64` words (kept as they are), as raw values.
+#[derive(Debug, Clone)]
+struct PackedSide {
+    columns: Vec<(ColumnWidth, Vec<u64>)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ColumnWidth {
+    U32,
+    U64,
+}
+
+impl PackedSide {
+    /// `rows` rows of the shape `shape` picks: one packed-id column (PHJ-OM's match widens it
+    /// as it writes), two (carried as the halves of one word, widened after the match), or one
+    /// beside a `u64` column.
+    fn new(rows: usize, shape: u8, salt: u64) -> Self {
+        let widths: &[ColumnWidth] = match shape % 3 {
+            0 => &[ColumnWidth::U32],
+            1 => &[ColumnWidth::U32, ColumnWidth::U32],
+            _ => &[ColumnWidth::U32, ColumnWidth::U64],
+        };
+        let columns = (widths.iter().enumerate())
+            .map(|(c, &w)| {
+                let values = (0..rows as u64).map(|i| hash64(i, salt + c as u64));
+                let values = match w {
+                    ColumnWidth::U32 => values.map(|v| v & u64::from(u32::MAX)).collect(),
+                    ColumnWidth::U64 => values.collect(),
+                };
+                (w, values)
+            })
+            .collect();
+        Self { columns }
+    }
+
+    fn table<B: JoinBackend, K: Key>(&self, b: &B, keys: &[K]) -> Result<Table<B, K>, Error> {
+        let column = |(w, v): &(ColumnWidth, Vec<u64>)| {
+            Ok::<_, Error>(match w {
+                ColumnWidth::U32 => {
+                    Column::U32(b.upload(&v.iter().map(|&x| x as u32).collect::<Vec<_>>())?)
+                }
+                ColumnWidth::U64 => Column::U64(b.upload(v)?),
+            })
+        };
+        let columns = self.columns.iter().map(column).collect::<Result<_, _>>()?;
+        Table::new(b.upload(keys)?, columns)
+    }
+
+    /// Row `row`'s output words: packed ids widened, `u64` words as they are.
+    fn row(&self, row: usize, low_bits: u32) -> impl Iterator<Item = u64> + '_ {
+        self.columns.iter().map(move |(w, v)| match w {
+            ColumnWidth::U32 => widened(v[row] as u32, low_bits),
+            ColumnWidth::U64 => v[row],
+        })
+    }
+}
+
+/// Output rows (left words, right words, valid) of a join of packed-id sides, sorted; every
+/// output column must be `u64`. PHJ-OM's inner joins of one packed-id column a side must write
+/// them widened in their match (no pass after it).
 fn unpacked_rows<B: JoinBackend, K: Key>(
     b: &B,
-    (l, lp): (&[K], &[u32]),
-    (r, rp): (&[K], &[u32]),
+    (l, lp): (&[K], &PackedSide),
+    (r, rp): (&[K], &PackedSide),
     opts: &JoinOptions,
 ) -> Result<Vec<Vec<u64>>, Error> {
-    let side =
-        |keys: &[K], ids: &[u32]| Table::new(b.upload(keys)?, vec![Column::U32(b.upload(ids)?)]);
-    let (out, stats) = join_columns(b, &side(l, lp)?, &side(r, rp)?, opts)?;
+    let (out, stats) = join_columns(b, &lp.table(b, l)?, &rp.table(b, r)?, opts)?;
     assert_eq!(stats.output_rows, out.rows);
     let all_wide = out.left.iter().chain(&out.right);
     assert!(
         all_wide.clone().all(|c| matches!(c, Column::U64(_))),
         "{opts:?}"
     );
-    if stats.algorithm == Algorithm::PhjOm && opts.kind == JoinKind::Inner {
+    let one_each = lp.columns.len() == 1 && rp.columns.len() == 1;
+    if stats.algorithm == Algorithm::PhjOm && opts.kind == JoinKind::Inner && one_each {
         let gathered = stats.phases.iter().any(|p| p.0 == "materialize");
         assert!(!gathered, "{opts:?}: {:?}", stats.phases);
     }
@@ -566,50 +618,52 @@ fn unpacked_rows<B: JoinBackend, K: Key>(
 
 /// The reference's rows of [`unpacked_rows`].
 fn unpacked_expected<K: Key>(
-    (l, lp): (&[K], &[u32]),
-    (r, rp): (&[K], &[u32]),
+    (l, lp): (&[K], &PackedSide),
+    (r, rp): (&[K], &PackedSide),
     kind: JoinKind,
     low_bits: u32,
 ) -> Vec<Vec<u64>> {
     let mut rows: Vec<Vec<u64>> = join_pairs(l, r, kind)
         .into_iter()
         .map(|(li, ri)| {
-            let left = widened(lp[li as usize], low_bits);
+            let mut row: Vec<u64> = lp.row(li as usize, low_bits).collect();
             match (kind.has_right_rows(), ri) {
-                (false, _) => vec![left, 1],
-                (true, joinkit::NULL_ROW) => vec![left, 0, 0],
-                (true, ri) => vec![left, widened(rp[ri as usize], low_bits), 1],
+                (false, _) => row.push(1),
+                (true, joinkit::NULL_ROW) => row.extend(rp.columns.iter().map(|_| 0).chain([0])),
+                (true, ri) => row.extend(rp.row(ri as usize, low_bits).chain([1])),
             }
+            row
         })
         .collect();
     rows.sort_unstable();
     rows
 }
 
-/// Packed ids widened by the join ([`JoinOptions::unpack_ids`], every low-bit count 0 … 32):
-/// every algorithm, Auto and kind, right keys as drawn and deduplicated, both backends, equal
-/// to the reference's pairs of widened ids.
+/// Packed ids widened by the join ([`JoinOptions::unpack_ids`], every low-bit count 0 … 32),
+/// one or two packed-id columns a side or one beside a `u64` column: every algorithm, Auto and
+/// kind, right keys as drawn and deduplicated, both backends, equal to the reference's pairs.
 fn check_unpacked<K: Key + Arbitrary>(test: &str) {
     #[cfg(feature = "cuda")]
     let gpu = gpu(test);
     #[cfg(not(feature = "cuda"))]
     let _ = test;
     let algorithms = every_algorithm_and_auto();
+    let failed = |e: Error| TestCaseError::fail(e.to_string());
     runner()
         .run(
-            &(keys::<K>(), keys::<K>(), 0u32..=32, any::<u64>()),
-            |(l, r, low_bits, salt)| {
-                let lp = packed_ids(l.len(), salt);
+            &(keys::<K>(), keys::<K>(), 0u32..=32, any::<(u64, u8, u8)>()),
+            |(l, r, low_bits, (salt, left_shape, right_shape))| {
+                let lp = PackedSide::new(l.len(), left_shape, salt);
                 each_case(&r, &algorithms, |r, kind, opts| {
-                    let rp = packed_ids(r.len(), salt ^ 1);
+                    let rp = PackedSide::new(r.len(), right_shape, salt ^ 0xff);
                     let opts = opts.unpack_ids(Some(low_bits));
                     let want = unpacked_expected((&l, &lp), (r, &rp), kind, low_bits);
                     let cpu = CpuBackend::new();
-                    let got = unpacked_rows(&cpu, (&l, &lp), (r, &rp), &opts).unwrap();
+                    let got = unpacked_rows(&cpu, (&l, &lp), (r, &rp), &opts).map_err(failed)?;
                     prop_assert_eq!(&got, &want, "cpu {:?}", opts);
                     #[cfg(feature = "cuda")]
                     if let Some(g) = &gpu {
-                        let got = unpacked_rows(g, (&l, &lp), (r, &rp), &opts).unwrap();
+                        let got = unpacked_rows(g, (&l, &lp), (r, &rp), &opts).map_err(failed)?;
                         prop_assert_eq!(&got, &want, "cuda {:?}", opts);
                     }
                     Ok(())
@@ -629,19 +683,18 @@ fn unpacked_ids_match_the_reference_u64() {
     check_unpacked::<u64>("unpacked_ids_match_the_reference_u64");
 }
 
-/// [`JoinOptions::unpack_ids`]: the budget counts the widened ids 8 bytes a row, more than 32
-/// low bits and the joins that do not take it are typed errors.
+/// Whether `r` is the refusal of [`JoinOptions::unpack_ids`] or of its low bits.
+fn refused_unpack<T>(r: Result<T, Error>) -> bool {
+    matches!(r, Err(Error::InvalidArgument(m)) if m.contains("unpack"))
+}
+
+/// [`JoinOptions::unpack_ids`]: the budget counts the widened ids 8 bytes a row; the probes
+/// widen as `join_columns` does; more than 32 low bits and the joins that do not take it are
+/// typed errors.
 fn unpack_ids_limits<B: JoinBackend>(b: &B) {
     let (l, r) = ([1u32, 2, 2, 5], [2u32, 2, 3]);
-    let (lp, rp) = (packed_ids(4, 1), packed_ids(3, 2));
-    let side = |keys: &[u32], ids: &[u32]| {
-        Table::new(
-            b.upload(keys).unwrap(),
-            vec![Column::U32(b.upload(ids).unwrap())],
-        )
-        .unwrap()
-    };
-    let (left, right) = (side(&l, &lp), side(&r, &rp));
+    let (lp, rp) = (PackedSide::new(4, 0, 1), PackedSide::new(3, 0, 2));
+    let (left, right) = (lp.table(b, &l).unwrap(), rp.table(b, &r).unwrap());
     for algorithm in Algorithm::CONCRETE {
         let opts = JoinOptions::new(JoinKind::Inner)
             .algorithm(algorithm)
@@ -658,33 +711,53 @@ fn unpack_ids_limits<B: JoinBackend>(b: &B) {
             }),
             "{algorithm}"
         );
+        let too_wide = opts.unpack_ids(Some(33));
         assert!(
-            matches!(
-                join_columns(b, &left, &right, &opts.unpack_ids(Some(33))),
-                Err(Error::InvalidArgument(_))
-            ),
+            refused_unpack(join_columns(b, &left, &right, &too_wide)),
             "{algorithm}"
         );
     }
-    let opts = JoinOptions::new(JoinKind::Inner)
-        .unpack_ids(Some(20))
-        .memory_budget(1 << 20);
-    assert!(matches!(
-        joinkit::join_columns_chunked(b, &left, &right, &opts).err(),
-        Some(Error::InvalidArgument(_))
-    ));
+    // The probes: a table (NPHJ) and a partitioned right side (PHJ-OM), widened like the join.
+    let want = unpacked_expected((&l, &lp), (&r, &rp), JoinKind::Inner, 20);
+    let opts = JoinOptions::new(JoinKind::Inner).unpack_ids(Some(20));
+    for (algorithm, partitioned) in [(Algorithm::NphjOpen, false), (Algorithm::PhjOm, true)] {
+        let opts = opts.algorithm(algorithm);
+        let out = if partitioned {
+            joinkit::PartitionedProbe::build(b, &right, &opts).and_then(|p| p.probe_columns(&left))
+        } else {
+            joinkit::ProbeTable::build(b, &right, &opts).and_then(|t| t.probe_columns(&left))
+        };
+        let (out, _) = out.unwrap();
+        assert!(
+            out.left
+                .iter()
+                .chain(&out.right)
+                .all(|c| matches!(c, Column::U64(_)))
+        );
+        let mut got = rows_of(b, &out);
+        got.sort_unstable();
+        assert_eq!(got, want, "{algorithm}");
+        let too_wide = opts.unpack_ids(Some(33));
+        let refused = match partitioned {
+            true => refused_unpack(joinkit::PartitionedProbe::build(b, &right, &too_wide)),
+            false => refused_unpack(joinkit::ProbeTable::build(b, &right, &too_wide)),
+        };
+        assert!(refused, "{algorithm}");
+    }
+    let opts = opts.memory_budget(1 << 20);
+    assert!(refused_unpack(joinkit::join_columns_chunked(
+        b, &left, &right, &opts
+    )));
     // The hybrid join's tables are in host memory.
-    use joinkit::Backend as _;
     let cpu = CpuBackend::new();
-    let host = |keys: &[u32], ids: &[u32]| {
-        let ids = Column::U32(cpu.upload(ids).unwrap());
-        Table::new(cpu.upload(keys).unwrap(), vec![ids]).unwrap()
-    };
+    let (host_left, host_right) = (lp.table(&cpu, &l).unwrap(), rp.table(&cpu, &r).unwrap());
     let hybrid = joinkit::HybridOptions::new(opts, 1 << 20);
-    assert!(matches!(
-        joinkit::hybrid_join(b, &host(&l, &lp), &host(&r, &rp), &hybrid).err(),
-        Some(Error::InvalidArgument(_))
-    ));
+    assert!(refused_unpack(joinkit::hybrid_join(
+        b,
+        &host_left,
+        &host_right,
+        &hybrid
+    )));
 }
 
 #[test]
@@ -776,7 +849,10 @@ fn large_unpacked_ids_match_the_cpu() {
         .unpack_ids(Some(27));
     let r: Vec<u64> = joinkit_datagen::unique_keys(1 << 21, 7).unwrap();
     let s: Vec<u64> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.9, 8).unwrap();
-    let (sp, rp) = (packed_ids(s.len(), 9), packed_ids(r.len(), 10));
+    let (sp, rp) = (
+        PackedSide::new(s.len(), 0, 9),
+        PackedSide::new(r.len(), 0, 10),
+    );
     for opts in [pk_fk, pk_fk.right_unique(false)] {
         let want = unpacked_rows(&CpuBackend::new(), (&s, &sp), (&r, &rp), &opts).unwrap();
         let got = unpacked_rows(&g, (&s, &sp), (&r, &rp), &opts).unwrap();
@@ -785,6 +861,10 @@ fn large_unpacked_ids_match_the_cpu() {
     }
     let r: Vec<u32> = joinkit_datagen::unique_keys(1 << 21, 11).unwrap();
     let s: Vec<u32> = joinkit_datagen::foreign_keys(1 << 21, 1 << 22, 0.7, 12).unwrap();
+    let (sp, rp) = (
+        PackedSide::new(s.len(), 0, 13),
+        PackedSide::new(r.len(), 0, 14),
+    );
     for opts in [pk_fk, pk_fk.right_unique(false)] {
         let want = unpacked_rows(&CpuBackend::new(), (&s, &sp), (&r, &rp), &opts).unwrap();
         let got = unpacked_rows(&g, (&s, &sp), (&r, &rp), &opts).unwrap();

@@ -344,12 +344,12 @@ fn generated_and_refused<B: StreamedJoin>(b: &B) {
         Some(Error::InvalidArgument("the sink's own error".into()))
     );
     // Widened ids are not the streamed join's (its chunks' room is the input's types).
-    let opts = StreamOptions::new(JoinOptions::new(JoinKind::Inner).unpack_ids(Some(20)));
+    let unpacking = StreamOptions::new(JoinOptions::new(JoinKind::Inner).unpack_ids(Some(20)));
     let r = join_streamed(
         b,
         &right,
         &mut Generated::new(10, 5),
-        &opts,
+        &unpacking,
         &mut |_| Ok(()),
     );
     assert!(matches!(r, Err(Error::InvalidArgument(m)) if m.contains("unpack_ids")));

@@ -45,8 +45,9 @@ extern "C" __global__ void random_bits_u64(uint64_t* out, uint64_t n, uint64_t s
   random_bits(out, n, seed, m);
 }
 
-// Two ids a step where both buffers are aligned (an 8-byte load, a 16-byte store): a
-// distributed join widens every output id, 2^28 a side a rank in Gao's shape.
+// Two ids a step where both buffers are aligned (an 8-byte load, a 16-byte store): the joins
+// widen packed ids this way where their match does not (JoinOptions::unpack_ids), and a
+// distributed join after gathering its output on rank 0.
 extern "C" __global__ void unpack_ids(uint64_t* out, uint64_t n, const uint32_t* packed,
                                       uint32_t low_bits) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(out) & 15) |

@@ -215,3 +215,17 @@ pub(crate) fn check_fits(len: usize, capacity: usize, offset: usize) -> Result<u
         }),
     }
 }
+
+/// Checks the low bits of packed ids ([`Backend::unpack_ids`]): at most 32. Every backend and
+/// the joins that widen ids check with it, so they agree on what `low_bits` allows.
+///
+/// # Errors
+/// [`crate::Error::InvalidArgument`] for more than 32.
+pub fn check_unpack_low_bits(low_bits: u32) -> Result<()> {
+    if low_bits > 32 {
+        return Err(crate::Error::InvalidArgument(format!(
+            "unpacking ids with {low_bits} low bits: at most 32"
+        )));
+    }
+    Ok(())
+}

@@ -238,13 +238,9 @@ impl Backend for CpuBackend {
 }
 
 /// The shift and mask of [`Backend::unpack_ids`] for `low_bits` (a shift of 32 leaves no high
-/// part); both backends use it, so they agree on what `low_bits` allows.
-pub(crate) fn unpack_shift_and_mask(low_bits: u32) -> Result<(u32, u32)> {
-    if low_bits > 32 {
-        return Err(crate::Error::InvalidArgument(format!(
-            "unpacking ids with {low_bits} low bits: at most 32"
-        )));
-    }
+/// part).
+fn unpack_shift_and_mask(low_bits: u32) -> Result<(u32, u32)> {
+    crate::check_unpack_low_bits(low_bits)?;
     Ok((low_bits, u32::MAX.checked_shr(32 - low_bits).unwrap_or(0)))
 }
 

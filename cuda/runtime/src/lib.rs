@@ -39,7 +39,7 @@ mod error;
 pub mod hash;
 pub mod testing;
 
-pub use backend::{Backend, Buffer, DeviceKind, MemoryStats};
+pub use backend::{Backend, Buffer, DeviceKind, MemoryStats, check_unpack_low_bits};
 pub use column::{Column, ColumnRef};
 pub use cpu::{
     CpuBackend, PARALLEL_THRESHOLD, copy_parallel, copy_parallel_uninit, try_reserved, try_zeroed,

@@ -73,7 +73,8 @@ impl<B: JoinBackend + HashPartition + LowWordsPartition + Codec + SideStream> Di
 /// the inputs are consumed (the shuffle frees them as soon as they are partitioned). The row
 /// ids travel 4 bytes wide through the shuffle and the local join where every rank's rows and
 /// the ranks fit 32 bits (`rank << row_bits | row`), and the local join writes them widened
-/// ([`JoinOptions::unpack_ids`]).
+/// ([`JoinOptions::unpack_ids`], which this function sets itself: a caller's value is not
+/// read), or rank 0 widens them after [`DistributedOptions::gather_to_root`] brought them there.
 ///
 /// # Errors
 /// [`Error::RanksDisagree`] when the ranks' options or key widths differ;
@@ -110,10 +111,16 @@ where
         keys,
         payloads: Vec::new(),
     };
-    // The local join widens the 4-byte ids into 8-byte global ones as it writes them (and its
-    // budget counts them 8 bytes wide).
+    // The local join widens the 4-byte ids into 8-byte global ones as it writes them (its
+    // budget counting them 8 bytes wide); an output gathered on rank 0 travels there 4 bytes
+    // wide and is widened there, its budget halved (for a left outer join's validity column,
+    // conservatively).
+    let widen_in_join = packed.filter(|_| !opts.gather_to_root);
     let mut run_opts = *opts;
-    run_opts.join.unpack_ids = packed;
+    run_opts.join.unpack_ids = widen_in_join;
+    if packed.is_some() && widen_in_join.is_none() {
+        run_opts.join.memory_budget = opts.join.memory_budget.map(|bytes| bytes / 2);
+    }
     let (out, stats) = run(
         comm,
         b,
@@ -121,9 +128,10 @@ where
         &run_opts,
         Some(ids),
     )?;
-    let u64_of = |mut cols: Vec<Column<C::Backend>>| match cols.pop() {
-        Some(Column::U64(c)) => Ok(Some(c)),
-        None => Ok(None),
+    let u64_of = |mut cols: Vec<Column<C::Backend>>| match (cols.pop(), packed) {
+        (Some(Column::U64(c)), _) => Ok(Some(c)),
+        (Some(Column::U32(c)), Some(row_bits)) => b.unpack_ids(&c, row_bits).map(Some),
+        (None, _) => Ok(None),
         _ => Err(Error::Corrupt("row ids came back as another type".into())),
     };
     let rows = out.rows;

@@ -844,7 +844,7 @@ impl Backend for CudaBackend {
     }
 
     fn unpack_ids(&self, packed: &DeviceBuffer<u32>, low_bits: u32) -> Result<DeviceBuffer<u64>> {
-        crate::cpu::unpack_shift_and_mask(low_bits)?; // the same check as the CPU's
+        crate::check_unpack_low_bits(low_bits)?;
         let out = self.alloc_tracked::<u64>(packed.len())?;
         if packed.is_empty() {
             return Ok(out);
