@@ -145,7 +145,9 @@ pub struct JoinInputStats {
     /// Share of the most frequent key among sampled left keys (about `1 / distinct` when
     /// uniform; 0.07 for Zipf 1.0 over 2^20 keys); sampled only when the right side's share
     /// reaches [`ChoiceParams::skew_share`] and the choice turns on it, or the right keys are
-    /// promised unique (then the left side is sampled first); 0 otherwise.
+    /// promised unique and few enough to look skewed
+    /// ([`ChoiceParams::unique_side_can_look_skewed`]; then the left side is sampled first); 0
+    /// otherwise.
     pub left_top_key_share: f64,
     /// Share of the most frequent key among sampled right keys (0 or `1 / rows` when unique);
     /// for right keys promised unique, sampled only when the left side's share reaches
@@ -319,6 +321,14 @@ impl ChoiceParams {
     /// `right_rows` rows counts as small ([`ChoiceParams::small_side_max_right_rows`]).
     pub fn small_side(&self, right_rows: usize) -> bool {
         right_rows <= self.small_side_max_right_rows
+    }
+
+    /// Whether a side of `rows` unique keys can look skewed: its most frequent key holds
+    /// `1 / rows` of it, which reaches [`ChoiceParams::skew_share`] only up to `1 / skew_share`
+    /// rows. Above, the tree's both-sides-skewed branch is out of reach of a join whose right
+    /// keys are promised unique, and the plan samples neither side's skew for it.
+    pub fn unique_side_can_look_skewed(&self, rows: usize) -> bool {
+        rows as f64 * self.skew_share <= 1.0
     }
 
     /// Whether the tree looks at the match ratio for output rows of `payload_bytes` (both
@@ -525,7 +535,9 @@ pub fn right_sample_rows(rows: usize) -> usize {
 /// key from [`right_sample_rows`] rows, and the left side's most frequent key is sampled only
 /// when the right one's reaches `params.skew_share` and the tree's choice turns on it; right
 /// keys promised unique are not sampled unless [`SAMPLE_ROWS`] left rows show the left side
-/// skewed. When `params` wants
+/// skewed, and those left rows only where the unique side is short enough to look skewed too
+/// ([`ChoiceParams::unique_side_can_look_skewed`]: on a CPU the left sample was a tenth of a
+/// 1 ms join that it could not change). When `params` wants
 /// it for these payloads ([`ChoiceParams::wants_match_ratio`]) and the rest leaves the
 /// choice to the wide-payload branch, the match ratio: [`SAMPLE_ROWS`]
 /// left keys downloaded, their distinct values in a small key-value table (64 KiB for 4-byte
@@ -667,7 +679,7 @@ where
         } else {
             sampled(&mut stats, &b.sample_runs(right, right_rows)?)?;
         }
-    } else {
+    } else if params.unique_side_can_look_skewed(right.len()) {
         stats.left_top_key_share = top_share(&b.sample_runs(left, SAMPLE_ROWS)?);
         if stats.left_top_key_share >= params.skew_share {
             sample_right(&mut stats, &b.sample_runs(right, right_rows)?);
@@ -1308,13 +1320,22 @@ mod tests {
             (s.left_rows, s.right_rows, s.key_bytes),
             (40_000, 53_333, 4)
         );
-        // Key 3 on a tenth of the left rows: the right side's skew is sampled too.
+        // Key 3 on a tenth of the left rows. A right side of 53 333 keys promised unique cannot
+        // look skewed (its top key would hold 1/53 333 of it): neither side's skew is sampled.
         let hot_left: Vec<u32> = (0..40_000u32)
             .map(|i| if i % 10 == 0 { 3 } else { i })
             .collect();
+        assert!(!p.unique_side_can_look_skewed(right.len()));
         let s = sample_stats(&b, &hot_left, &right, (8, 8), &unique, &p).unwrap();
+        assert_eq!((s.left_top_key_share, s.right_top_key_share), (0.0, 0.0));
+        assert!(s.match_ratio.is_some(), "{s:?}");
+        // 50 unique keys can (each holds 2 %): the left side's skew is sampled, then the
+        // right side's.
+        let short_right: Vec<u32> = (0..50).collect();
+        assert!(p.unique_side_can_look_skewed(short_right.len()));
+        let s = sample_stats(&b, &hot_left, &short_right, (8, 8), &unique, &p).unwrap();
         assert!((s.left_top_key_share - 0.1).abs() < 0.02, "{s:?}");
-        assert!((s.right_top_key_share - 0.25).abs() < 0.03, "{s:?}");
+        assert!((s.right_top_key_share - 0.02).abs() < 1e-9, "{s:?}");
         // Both skewed: SMJ-OM whatever the match ratio, which is not sampled.
         assert_eq!(s.match_ratio, None);
         // Short and empty sides: no division by zero (every key of a 3-row side holds a third:
