@@ -26,8 +26,8 @@
 //!   key (beyond a small side both sides skewed still merge, branch 2 below); on a small side
 //!   (fewer PHJ-OM partitions than threads, [`ChoiceParams::small_side`]), where a table that
 //!   stays in the cache is cheaper, NPHJ-chained below 3 rows a key (left outer joins below
-//!   8), left outer joins SMJ-OM from 48, and PHJ-OM otherwise, skewed sides too; on more
-//!   rows left outer joins SMJ-OM from 96;
+//!   8), and PHJ-OM otherwise, skewed sides too; left outer joins SMJ-OM from 128 rows a key,
+//!   on a small side and beyond;
 //! - NPHJ-open is left out wherever keys repeat: its (hash, row) slots put a key's rows in a
 //!   run that every probe of the key walks (2^22 rows, 2 a key: 0.99 ms against PHJ-OM's
 //!   0.51). Its semi and anti joins keep one slot a distinct key instead and stay flat.
@@ -92,22 +92,15 @@ fn small_side_rows(threads: usize, half_piece: usize) -> usize {
     }
 }
 
-/// Right rows a key from which a left outer join on a small CPU side runs SMJ-OM: between
-/// the 16 and 64 measured on either side of the crossover (the sample strays by up to a
-/// fifth). H200 host, own processes, twenty-first session: at 16 a key PHJ-OM ahead or level
-/// (16 threads, 2^17: 8.54 ms against SMJ-OM's 12.66), from 64 SMJ-OM ahead or level (2^15:
-/// 7.77 against PHJ-OM's 8.89; 4 threads 14.27 against 15.64), where the outer join's pass over
-/// the left rows adds to PHJ-OM's match. Inner joins there stay with PHJ-OM, whose match cuts
-/// a few partitions' probe rows over the threads: at 64 a key 1.15-1.6× ahead of SMJ-OM, at
-/// 128 level or ahead but for 2^16 on 8 threads (1.17× behind).
-const CPU_SMALL_SIDE_OUTER_MERGE_ROWS_PER_KEY: f64 = 48.0;
-
-/// Right rows a key from which a left outer join beyond a small CPU side runs SMJ-OM: between
-/// the 64 and 128 measured on either side of the crossover. PHJ-OM ahead or level up to 64 a
-/// key (16 threads: 2^20 of 32 68.1 ms against 86.1, of 64 122 against 135; 2^18 of 64 39.4
-/// against 38.6), SMJ-OM from 128 (2^18: 61.7 against 69.1; 8 threads 80.2 against 89.3),
-/// where the outer join's pass over the left rows adds to PHJ-OM's match.
-const CPU_OUTER_MERGE_ROWS_PER_KEY: f64 = 96.0;
+/// Right rows a key from which a CPU left outer join runs SMJ-OM, on a small side and beyond:
+/// where the outer join's pass over the left rows, added to PHJ-OM's match, catches up with
+/// the merge. H200 host, each algorithm in its own process, since PHJ-OM's item table groups a
+/// piece's rows by key (twenty-first and twenty-second sessions; 4, 8 and 16 threads, 2^14 …
+/// 2^20 rows): at 64 a key PHJ-OM 1.13-1.23× ahead of SMJ-OM at every size, at 96 level (2^17,
+/// 2^18: 0.99-1.00; 2^20 1.03× ahead), at 128 level or ahead (1.03-1.08×; 2^18 0.99), at 256
+/// level (0.95-1.08), at 1024 SMJ-OM 1.01-1.04× ahead. Inner joins stay with PHJ-OM, whose
+/// match cuts a few partitions' probe rows over the threads.
+const CPU_OUTER_MERGE_ROWS_PER_KEY: f64 = 128.0;
 
 /// Right rows a key below which an inner join on a small CPU side runs NPHJ-chained rather
 /// than PHJ-OM: at 2 a key NPHJ-chained led by 1.06-1.6× (2^14 on 4, 8, 16 threads), at 4 the
@@ -244,17 +237,14 @@ pub struct ChoiceParams {
     /// NPHJ-open (its key-set table, one slot a distinct key).
     pub few_keys_join: Algorithm,
     /// Left outer joins with duplicate right keys run SMJ-OM from this many right rows a key
-    /// whatever their pairs (the CPU); infinite where [`ChoiceParams::merge`] decides for every
-    /// kind (the GPU). Not on a [`ChoiceParams::small_side`].
+    /// whatever their pairs (the CPU, on a [`ChoiceParams::small_side`] too); infinite where
+    /// [`ChoiceParams::merge`] decides for every kind (the GPU).
     pub outer_merge_rows_per_key: f64,
     /// Inner and left outer joins with duplicate right keys and a right side of at most this
     /// many rows ([`ChoiceParams::small_side`]) run NPHJ-chained on few rows a key, PHJ-OM
-    /// above, and left outer ones SMJ-OM from
-    /// [`ChoiceParams::small_side_outer_merge_rows_per_key`]. 0: none (the GPU, whose small
-    /// right sides [`ChoiceParams::chained_max_right_rows`] covers).
+    /// above, and left outer ones SMJ-OM from [`ChoiceParams::outer_merge_rows_per_key`]. 0:
+    /// none (the GPU, whose small right sides [`ChoiceParams::chained_max_right_rows`] covers).
     pub small_side_max_right_rows: usize,
-    /// Right rows a key from which such a small side's left outer join runs SMJ-OM.
-    pub small_side_outer_merge_rows_per_key: f64,
     /// Right rows a key below which such a small side's inner join runs NPHJ-chained.
     pub small_side_chained_inner_rows_per_key: f64,
     /// Right rows a key below which such a small side's left outer join runs NPHJ-chained.
@@ -295,8 +285,9 @@ impl ChoiceParams {
             } else {
                 Algorithm::NphjOpen
             },
-            // CPU left outer joins with duplicate right keys beyond a small side: PHJ-OM below
-            // [`CPU_OUTER_MERGE_ROWS_PER_KEY`], SMJ-OM from there. Unique keys stay with PHJ-OM
+            // CPU left outer joins with duplicate right keys: PHJ-OM (or NPHJ-chained on few
+            // rows a key of a small side) below [`CPU_OUTER_MERGE_ROWS_PER_KEY`], SMJ-OM from
+            // there. Unique keys stay with PHJ-OM
             // (16 cores, 2^18: 5.82 ms against NPHJ-chained's 7.99).
             outer_merge_rows_per_key: if gpu {
                 f64::INFINITY
@@ -311,7 +302,6 @@ impl ChoiceParams {
             } else {
                 small_side_rows(rayon::current_num_threads(), b.build_capacity::<u32>() / 2)
             },
-            small_side_outer_merge_rows_per_key: CPU_SMALL_SIDE_OUTER_MERGE_ROWS_PER_KEY,
             small_side_chained_inner_rows_per_key: CPU_CHAINED_INNER_ROWS_PER_KEY,
             small_side_chained_outer_rows_per_key: CPU_CHAINED_OUTER_ROWS_PER_KEY,
         }
@@ -425,7 +415,7 @@ pub fn choose(
                 left_top_key_share: 0.0,
                 ..*stats
             };
-            return if outer && per_key >= params.small_side_outer_merge_rows_per_key {
+            return if outer && per_key >= params.outer_merge_rows_per_key {
                 (Algorithm::SmjOm, Why::ManyRowsPerKey)
             } else if per_key < chained_below {
                 (Algorithm::NphjChained, Why::SmallRightSide)
@@ -860,7 +850,6 @@ mod tests {
             few_keys_join: Algorithm::NphjChained,
             outer_merge_rows_per_key: f64::INFINITY,
             small_side_max_right_rows: 0,
-            small_side_outer_merge_rows_per_key: f64::INFINITY,
             small_side_chained_inner_rows_per_key: 0.0,
             small_side_chained_outer_rows_per_key: 0.0,
         }
@@ -1172,19 +1161,19 @@ mod tests {
             ..cpu
         };
         // No small side (2 threads): inner joins PHJ-OM at any rows a key, left outer joins
-        // SMJ-OM from 96.
+        // SMJ-OM from 128.
         let few_threads = [
             (1 << 16, 64.0, Inner, PhjOm, Why::Partitioned),
             (1 << 20, 512.0, Inner, PhjOm, Why::Partitioned),
             (1 << 12, 2.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 256.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 12, 96.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
-            (1 << 17, 95.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 12, 128.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 17, 127.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 16, 4.0, Inner, PhjOm, Why::Partitioned),
         ];
         expect(&few_threads, &few);
         // 16 threads: up to 2^17 right rows (8 partitions) NPHJ-chained below 3 rows a key
-        // (left outer joins below 8), PHJ-OM above, and left outer joins SMJ-OM from 48;
+        // (left outer joins below 8), PHJ-OM above, and left outer joins SMJ-OM from 128;
         // beyond, as with no small side.
         let many = ChoiceParams {
             small_side_max_right_rows: small_side_rows(16, half_piece),
@@ -1198,15 +1187,17 @@ mod tests {
             (1 << 17, 32.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 7.9, LeftOuter, NphjChained, Why::SmallRightSide),
             (1 << 16, 8.0, LeftOuter, PhjOm, Why::Partitioned),
-            (1 << 17, 47.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 17, 64.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 17, 127.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 16, 48.0, Inner, PhjOm, Why::Partitioned),
             (1 << 16, 1024.0, Inner, PhjOm, Why::Partitioned),
-            (1 << 17, 48.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 17, 128.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 18, 2.0, Inner, PhjOm, Why::Partitioned),
             (1 << 18, 512.0, Inner, PhjOm, Why::Partitioned),
             (1 << 18, 8.0, LeftOuter, PhjOm, Why::Partitioned),
             (1 << 18, 64.0, LeftOuter, PhjOm, Why::Partitioned),
-            (1 << 18, 96.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
+            (1 << 18, 96.0, LeftOuter, PhjOm, Why::Partitioned),
+            (1 << 18, 128.0, LeftOuter, SmjOm, Why::ManyRowsPerKey),
             (1 << 20, 128.0, Inner, PhjOm, Why::Partitioned),
         ];
         expect(&many_threads, &many);
