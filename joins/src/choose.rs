@@ -287,8 +287,8 @@ impl ChoiceParams {
             },
             // CPU left outer joins with duplicate right keys: PHJ-OM (or NPHJ-chained on few
             // rows a key of a small side) below [`CPU_OUTER_MERGE_ROWS_PER_KEY`], SMJ-OM from
-            // there. Unique keys stay with PHJ-OM
-            // (16 cores, 2^18: 5.82 ms against NPHJ-chained's 7.99).
+            // there. Unique keys stay with PHJ-OM (16 cores, 2^18: 5.82 ms against
+            // NPHJ-chained's 7.99).
             outer_merge_rows_per_key: if gpu {
                 f64::INFINITY
             } else {
@@ -401,9 +401,11 @@ pub fn choose(
     // Right keys not promised unique were sampled for their rows per key.
     if let Some(per_key) = stats.right_rows_per_key {
         let duplicated = per_key >= params.duplicated_rows_per_key;
+        if duplicated && kind == JoinKind::LeftOuter && per_key >= params.outer_merge_rows_per_key {
+            return (Algorithm::SmjOm, Why::ManyRowsPerKey);
+        }
         if duplicated && kind.has_right_rows() && params.small_side(stats.right_rows) {
-            let outer = kind == JoinKind::LeftOuter;
-            let chained_below = if outer {
+            let chained_below = if kind == JoinKind::LeftOuter {
                 params.small_side_chained_outer_rows_per_key
             } else {
                 params.small_side_chained_inner_rows_per_key
@@ -415,16 +417,11 @@ pub fn choose(
                 left_top_key_share: 0.0,
                 ..*stats
             };
-            return if outer && per_key >= params.outer_merge_rows_per_key {
-                (Algorithm::SmjOm, Why::ManyRowsPerKey)
-            } else if per_key < chained_below {
+            return if per_key < chained_below {
                 (Algorithm::NphjChained, Why::SmallRightSide)
             } else {
                 partitioned(&unskewed, params)
             };
-        }
-        if duplicated && kind == JoinKind::LeftOuter && per_key >= params.outer_merge_rows_per_key {
-            return (Algorithm::SmjOm, Why::ManyRowsPerKey);
         }
         if params.chained_or_merge(kind, stats.right_rows) {
             return if per_key < params.chained_merge_threshold(stats.right_rows) {

@@ -209,8 +209,8 @@ pub struct CoJoined<B: Backend> {
     /// (probe, build) output columns of every match, grouped by work item (compare as
     /// multisets): a side's ids, one column of their type (`Column::U32` for rows), with
     /// [`CoSide::split_words`] their two halves, with [`CoSide::unpack`] one `Column::U64` of
-    /// the ids widened, or with a [`CoSide::second`] column the ids' words and that column's. `None` when not asked for, or when there are more than
-    /// [`CoWant::max_pairs`].
+    /// the ids widened, or with a [`CoSide::second`] column the ids' words and that column's.
+    /// `None` when not asked for, or when there are more than [`CoWant::max_pairs`].
     pub pairs: Option<PairColumns<B>>,
     /// Probe match flags, when asked for.
     pub flags: Option<B::Buf<u32>>,
@@ -360,12 +360,12 @@ pub(crate) fn check_sides<B: CoPartitionJoin, K: Key>(
     }
     for side in [probe, build] {
         if let Some(low_bits) = side.unpack {
+            joinkit_cuda::check_unpack_low_bits(low_bits)?;
             let narrow = matches!(side.ids, Some(Column::U32(_)));
-            if !narrow || side.split_words || side.second.is_some() || low_bits > 32 {
-                return Err(Error::InvalidArgument(format!(
-                    "co-partition ids unpacked with {low_bits} low bits must be one u32 column, \
-                     at most 32 bits low"
-                )));
+            if !narrow || side.split_words || side.second.is_some() {
+                return Err(Error::InvalidArgument(
+                    "co-partition ids unpacked must be one u32 column".into(),
+                ));
             }
         }
         if side.split_words && !matches!(side.ids, Some(Column::U64(_))) {

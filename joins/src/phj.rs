@@ -461,9 +461,9 @@ pub(crate) fn om_match<B: JoinBackend, K: Key>(
     // Packed ids the output widens: written widened by the match where a side carries one
     // u32 payload column (join::unpack_ids widens the rest after the join).
     let unpack = |side: &CoSide<'_, B, K>| {
-        let one_u32 = !side.split_words && side.second.is_none();
-        let one_u32 = payloads && one_u32 && matches!(side.ids, Some(Column::U32(_)));
-        opts.unpack_ids.filter(|_| one_u32)
+        let one_u32 =
+            matches!(side.ids, Some(Column::U32(_))) && !side.split_words && side.second.is_none();
+        opts.unpack_ids.filter(|_| payloads && one_u32)
     };
     let (probe, build) = (
         probe.with_unpack(unpack(&probe)),

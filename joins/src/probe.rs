@@ -56,10 +56,11 @@ impl<'r, B: JoinBackend, K: Key> ProbeTable<'r, B, K> {
     ///
     /// # Errors
     /// [`joinkit_cuda::Error::InvalidArgument`] for an algorithm other than NPHJ-open,
-    /// NPHJ-chained or auto, or [`JoinOptions::unpack_ids`] of more than 32 low bits; [`joinkit_cuda::Error::DuplicateKey`] when `right_unique` was
-    /// promised and broken; [`joinkit_cuda::Error::SizeOverflow`] for a right side of 2^32 - 1
-    /// rows or more; [`joinkit_cuda::Error::LengthMismatch`] for a payload of another length
-    /// than the keys; allocation and driver errors.
+    /// NPHJ-chained or auto, or [`JoinOptions::unpack_ids`] of more than 32 low bits;
+    /// [`joinkit_cuda::Error::DuplicateKey`] when `right_unique` was promised and broken;
+    /// [`joinkit_cuda::Error::SizeOverflow`] for a right side of 2^32 - 1 rows or more;
+    /// [`joinkit_cuda::Error::LengthMismatch`] for a payload of another length than the keys;
+    /// allocation and driver errors.
     pub fn build(b: &B, right: &'r Table<B, K>, opts: &JoinOptions) -> Result<Self> {
         let (algorithm, chained) = hash_join_algorithm(opts, "a probe table")?;
         opts.check_unpack_ids()?;
