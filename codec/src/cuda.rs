@@ -149,6 +149,165 @@ fn copy_segments(backend: &CudaBackend, src: u64, segs: &[u64], dst: u64) -> Res
         .map_err(driver("launching codec_copy_segments"))
 }
 
+/// The buffers `input[bounds[k]..bounds[k+1]]` as the chunk kernels read them: each buffer's
+/// `(start, values, 0, 0)` and the global index of its first chunk (then the chunk count).
+struct BufferChunks {
+    desc: Vec<u64>,
+    chunk_base: Vec<u64>,
+    buffers: u32,
+}
+
+/// [`BufferChunks`] uploaded for a launch.
+struct BufferChunksOnDevice {
+    desc: DeviceBuffer<u64>,
+    chunk_base: DeviceBuffer<u64>,
+}
+
+impl BufferChunks {
+    fn of(bounds: &[usize], cv: u32) -> Result<Self> {
+        let nbuf = bounds.len().saturating_sub(1);
+        let buffers =
+            u32::try_from(nbuf).map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
+        let mut chunk_base = Vec::with_capacity(nbuf + 1);
+        let mut desc = Vec::with_capacity(4 * nbuf);
+        let mut g = 0u64;
+        for w in bounds.windows(2) {
+            chunk_base.push(g);
+            let n = (w[1] - w[0]) as u64;
+            desc.extend([w[0] as u64, n, 0, 0]);
+            g += n.div_ceil(u64::from(cv));
+        }
+        chunk_base.push(g);
+        Ok(Self {
+            desc,
+            chunk_base,
+            buffers,
+        })
+    }
+
+    fn chunks(&self) -> u64 {
+        self.chunk_base.last().copied().unwrap_or(0)
+    }
+
+    fn upload(&self, backend: &CudaBackend) -> Result<BufferChunksOnDevice> {
+        Ok(BufferChunksOnDevice {
+            desc: backend.upload(&self.desc.max_len1())?,
+            chunk_base: backend.upload(&self.chunk_base)?,
+        })
+    }
+}
+
+/// Bytes of `chunks` slots of `slot_words` words.
+fn slot_bytes(chunks: u64, slot_words: u64) -> Result<usize> {
+    chunks
+        .checked_mul(slot_words * 8)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or(Error::SizeOverflow("compression slots"))
+}
+
+/// The chunk encoder (`codec_encode_*`) for `T` in chunks of `cv` values, with its launch
+/// shape for `chunks` chunks.
+struct Encoder {
+    f: CudaFunction,
+    cfg: LaunchConfig,
+    cv: u32,
+    chunks: u64,
+}
+
+impl Encoder {
+    fn new<T: Element>(backend: &CudaBackend, cv: u32, chunks: u64) -> Result<Self> {
+        let (name, block) = chunk_kernel(true, T::BITS, cv);
+        let f = backend.function_with_dynamic_shared(&KERNELS, name)?;
+        // Two value buffers and one u16 run-start buffer of a chunk each.
+        let smem = cv as usize * (2 * (T::BITS as usize / 8) + 2);
+        let cfg = chunk_config(backend, &f, cv, block, smem, chunks)?;
+        Ok(Self { f, cfg, cv, chunks })
+    }
+
+    /// Encodes every chunk of the buffers of `input` that `layout` describes with `scheme`:
+    /// chunk `g` into slot `g` of `slots` (a base pointer and words a slot) and its word count
+    /// into `sizes[g]` (a device pointer to `chunks` words).
+    fn launch<T: Element>(
+        &self,
+        backend: &CudaBackend,
+        input: &CudaView<'_, T>,
+        layout: &BufferChunksOnDevice,
+        scheme: &Scheme,
+        (slots, slot_words): (u64, u64),
+        sizes: u64,
+    ) -> Result<()> {
+        if self.chunks == 0 {
+            return Ok(());
+        }
+        let nbuf = u32::try_from(layout.chunk_base.len() - 1)
+            .map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
+        let inp = input.device_ptr(backend.stream()).0;
+        let (dp, cb) = (layout.desc.device_ptr(), layout.chunk_base.device_ptr());
+        let (layers, nl) = (scheme.word(), scheme.layers().len() as u32);
+        let signed = u32::from(sign_flip::<T>() != 0);
+        let mut b = backend.stream().launch_builder(&self.f);
+        b.arg(&inp)
+            .arg(&dp)
+            .arg(&cb)
+            .arg(&nbuf)
+            .arg(&self.chunks)
+            .arg(&self.cv);
+        b.arg(&layers)
+            .arg(&nl)
+            .arg(&signed)
+            .arg(&slots)
+            .arg(&slot_words);
+        b.arg(&sizes);
+        // SAFETY: `layout` describes buffers inside `input` (bounds checked by the callers);
+        // the slots hold `chunks * slot_words` words and each block writes at most
+        // `slot_words` words of its own slot (a raw chunk is the largest); `sizes` holds
+        // `chunks` words.
+        unsafe { b.launch(self.cfg) }.map_err(driver("launching codec_encode"))?;
+        Ok(())
+    }
+}
+
+/// Words each of `schemes` encodes the chunks of the buffers `input[bounds[k]..bounds[k+1]]`
+/// into (the chunks only: no stream headers or offset tables), the counts the sampled
+/// selector compares: one encode launch a scheme into the same slots, one download for all.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for bad bounds or options; allocation and driver errors.
+pub(crate) fn encoded_chunk_words<T: Element>(
+    backend: &CudaBackend,
+    input: &DeviceBuffer<T>,
+    bounds: &[usize],
+    schemes: &[Scheme],
+    options: &CodecOptions,
+) -> Result<Vec<u64>> {
+    options.check()?;
+    check_bounds(bounds, input.len())?;
+    let cv = options.chunk_values;
+    let layout = BufferChunks::of(bounds, cv)?;
+    let chunks = layout.chunks();
+    if chunks == 0 || schemes.is_empty() {
+        return Ok(vec![0; schemes.len()]);
+    }
+    let slot_words = raw_chunk_words(u64::from(cv), T::BITS);
+    let slots = backend.alloc::<u64>(slot_bytes(chunks, slot_words)? / 8)?;
+    let per_scheme = usize::try_from(chunks).map_err(|_| Error::SizeOverflow("chunk count"))?;
+    let total = per_scheme
+        .checked_mul(schemes.len())
+        .ok_or(Error::SizeOverflow("chunk sizes"))?;
+    let sizes = backend.alloc::<u64>(total)?;
+    let on_device = layout.upload(backend)?;
+    let encoder = Encoder::new::<T>(backend, cv, chunks)?;
+    let input = input.view();
+    for (k, scheme) in schemes.iter().enumerate() {
+        // Launches on one stream run in turn, so every scheme may reuse the slots.
+        let at = sizes.device_ptr() + (k * per_scheme * 8) as u64;
+        let slots_of = (slots.device_ptr(), slot_words);
+        encoder.launch(backend, &input, &on_device, scheme, slots_of, at)?;
+    }
+    let sizes = fetch(backend, &sizes)?;
+    Ok(sizes.chunks(per_scheme).map(|c| c.iter().sum()).collect())
+}
+
 /// Downloads a device buffer (synchronizes).
 fn fetch(backend: &CudaBackend, buf: &DeviceBuffer<u64>) -> Result<Vec<u64>> {
     backend.download(buf)
@@ -201,66 +360,27 @@ pub fn plan_compress<'s, T: Element>(
     options.check()?;
     check_bounds(bounds, input.len())?;
     let cv = options.chunk_values;
-    let nbuf = bounds.len() - 1;
-    let nbuf32 =
-        u32::try_from(nbuf).map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
-    let mut chunk_base = Vec::with_capacity(nbuf + 1);
-    let mut desc = Vec::with_capacity(4 * nbuf);
-    let mut g = 0u64;
-    for w in bounds.windows(2) {
-        chunk_base.push(g);
-        let n = (w[1] - w[0]) as u64;
-        desc.extend([w[0] as u64, n, 0, 0]);
-        g += n.div_ceil(u64::from(cv));
-    }
-    chunk_base.push(g);
-    let chunks = g;
+    let layout = BufferChunks::of(bounds, cv)?;
+    let (nbuf, chunks) = (bounds.len() - 1, layout.chunks());
     let slot_words = raw_chunk_words(u64::from(cv), T::BITS);
-    let slot_bytes = chunks
-        .checked_mul(slot_words * 8)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or(Error::SizeOverflow("compression slots"))?;
-    let slots = scratch.slots.reserve(backend, slot_bytes)?;
+    let slots = scratch
+        .slots
+        .reserve(backend, slot_bytes(chunks, slot_words)?)?;
     let g_len = usize::try_from(chunks + 1).map_err(|_| Error::SizeOverflow("chunk count"))?;
     let mut sizes = backend.alloc::<u64>(g_len)?;
     backend.fill(&mut sizes, 0)?;
     let mut pos = backend.alloc::<u64>(g_len)?;
-    let chunk_base_dev = backend.upload(&chunk_base)?;
-    let desc_dev = backend.upload(&desc.max_len1())?;
-
-    if chunks > 0 {
-        let (name, block) = chunk_kernel(true, T::BITS, cv);
-        let f = backend.function_with_dynamic_shared(&KERNELS, name)?;
-        // Two value buffers and one u16 run-start buffer of a chunk each.
-        let smem = cv as usize * (2 * (T::BITS as usize / 8) + 2);
-        let cfg = chunk_config(backend, &f, cv, block, smem, chunks)?;
-        let inp = input.device_ptr(backend.stream()).0;
-        let (dp, cb, sz) = (
-            desc_dev.device_ptr(),
-            chunk_base_dev.device_ptr(),
-            sizes.device_ptr(),
-        );
-        let (layers, nl) = (scheme.word(), scheme.layers().len() as u32);
-        let signed = u32::from(sign_flip::<T>() != 0);
-        let mut b = backend.stream().launch_builder(&f);
-        b.arg(&inp)
-            .arg(&dp)
-            .arg(&cb)
-            .arg(&nbuf32)
-            .arg(&chunks)
-            .arg(&cv);
-        b.arg(&layers)
-            .arg(&nl)
-            .arg(&signed)
-            .arg(&slots)
-            .arg(&slot_words);
-        b.arg(&sz);
-        // SAFETY: `desc` and `chunk_base` describe buffers inside `input` (bounds checked);
-        // the slots hold `chunks * slot_words` words (reserved above) and each block writes at
-        // most `slot_words` words of its own slot (a raw chunk is the largest); `sizes` holds
-        // `chunks + 1` words.
-        unsafe { b.launch(cfg) }.map_err(driver("launching codec_encode"))?;
-    }
+    let on_device = layout.upload(backend)?;
+    let encoder = Encoder::new::<T>(backend, cv, chunks)?;
+    let slots_of = (slots, slot_words);
+    encoder.launch(
+        backend,
+        input,
+        &on_device,
+        scheme,
+        slots_of,
+        sizes.device_ptr(),
+    )?;
     joinkit_primitives::cuda::exclusive_sum(
         backend,
         &sizes.view(),
@@ -268,8 +388,7 @@ pub fn plan_compress<'s, T: Element>(
         &mut scratch.cub,
     )?;
     // Scanned position of each buffer's first chunk (and the end).
-    let segs: Vec<u64> = chunk_base
-        .iter()
+    let segs: Vec<u64> = (layout.chunk_base.iter())
         .enumerate()
         .flat_map(|(k, &c)| [c, k as u64, 1])
         .collect();
@@ -284,9 +403,9 @@ pub fn plan_compress<'s, T: Element>(
     let mut segs = Vec::with_capacity(6 * nbuf);
     let mut at = 0u64;
     for k in 0..nbuf {
-        let c = chunk_base[k + 1] - chunk_base[k];
+        let c = layout.chunk_base[k + 1] - layout.chunk_base[k];
         let total = directory_words(c) + (bpos[k + 1] - bpos[k]);
-        let n = desc[4 * k + 1];
+        let n = layout.desc[4 * k + 1];
         headers.extend(header_words(vtype, scheme, n, cv, total));
         headers.push(total);
         let h = 9 * k as u64;
@@ -308,12 +427,12 @@ pub fn plan_compress<'s, T: Element>(
         words,
         ranges,
         chunks,
-        nbuf: nbuf32,
+        nbuf: layout.buffers,
         slot_words,
         slots,
         sizes,
         pos,
-        chunk_base: chunk_base_dev,
+        chunk_base: on_device.chunk_base,
         starts: backend.upload(&starts.max_len1())?,
         headers: backend.upload(&headers.max_len1())?,
         segs,

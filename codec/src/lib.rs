@@ -164,7 +164,9 @@ pub trait Codec: Backend {
     ) -> Result<(Self::Buf<T>, Vec<usize>)>;
 
     /// Samples the column and picks the scheme with the best estimated ratio (cheaper schemes
-    /// win near-ties; see [`SelectorConfig`]).
+    /// win near-ties; see [`SelectorConfig`]). The samples are encoded where the column lives
+    /// (on the GPU: one encode launch a candidate and one download, no host encoding), and
+    /// both backends pick the same scheme with the same estimates.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad configuration; driver errors reading the samples.
@@ -379,26 +381,25 @@ impl Codec for joinkit_cuda::CudaBackend {
         config: &SelectorConfig,
     ) -> Result<Selection> {
         config.check()?;
-        // The windows gathered on the device and read back in one download: a download and
-        // its wait each cost tens of microseconds, more on a busy host.
+        // The windows gathered on the device and encoded there with every candidate; one
+        // download of the chunk sizes (the host's encoder took milliseconds of a busy host's
+        // cores for a column).
         let windows = select::windows(input.len(), config);
-        let total = windows.iter().map(|r| r.len()).sum();
-        let mut gathered = self.alloc::<T>(total)?;
-        let mut at = 0;
+        let mut bounds = Vec::with_capacity(windows.len() + 1);
+        bounds.push(0);
+        let mut gathered = self.alloc::<T>(windows.iter().map(|r| r.len()).sum())?;
         for r in &windows {
+            let at = bounds[bounds.len() - 1];
             self.copy_range_into(input, r.clone(), &mut gathered, at)?;
-            at += r.len();
+            bounds.push(at + r.len());
         }
-        let values = self.download(&gathered)?;
-        let mut rest = &values[..];
-        let samples: Vec<Vec<T>> = windows
-            .iter()
-            .map(|r| {
-                let (window, after) = rest.split_at(r.len());
-                rest = after;
-                window.to_vec()
-            })
-            .collect();
-        select::choose(&samples, config)
+        let words = cuda::encoded_chunk_words(
+            self,
+            &gathered,
+            &bounds,
+            &config.candidates,
+            &config.options,
+        )?;
+        select::pick(config, gathered.len(), T::BITS, &words)
     }
 }

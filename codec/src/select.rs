@@ -1,6 +1,8 @@
 //! Sampled scheme selection: encode evenly spaced windows of the column with every candidate
-//! scheme (on the host, with the same chunk encoder both backends use) and keep the best ratio,
-//! preferring cheaper schemes among near-ties.
+//! scheme and keep the best ratio, preferring cheaper schemes among near-ties. Each backend
+//! encodes where the column lives (the CUDA backend gathers the windows on the device and runs
+//! its chunk encoder once a scheme; the CPU twin encodes on the host) and both decide in
+//! [`pick`] from the same word counts: the chunk formats are the same word for word.
 
 use std::fmt;
 use std::ops::Range;
@@ -108,13 +110,49 @@ pub(crate) fn windows(n: usize, cfg: &SelectorConfig) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// Picks a scheme from the sampled windows' values.
+/// Picks a scheme from the sampled windows' values, encoding them on the host.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a bad configuration.
 pub(crate) fn choose<T: Element>(samples: &[Vec<T>], cfg: &SelectorConfig) -> Result<Selection> {
     cfg.check()?;
-    let sampled: usize = samples.iter().map(Vec::len).sum();
+    let (bits, flip) = (T::BITS, sign_flip::<T>());
+    let cv = cfg.options.chunk_values as usize;
+    let chunks: Vec<Vec<u64>> = samples
+        .iter()
+        .flat_map(|s| s.chunks(cv))
+        .map(|c| c.iter().map(|v| v.to_bits()).collect())
+        .collect();
+    // Every (scheme, chunk) pair at once: a scheme at a time left most of a wide machine idle.
+    let words: Vec<u64> = cfg
+        .candidates
+        .par_iter()
+        .map(|scheme| {
+            chunks
+                .par_iter()
+                .enumerate()
+                .map(|(c, ch)| encode_chunk(ch, bits, flip, scheme, c as u64).len() as u64)
+                .sum()
+        })
+        .collect();
+    let sampled = samples.iter().map(Vec::len).sum();
+    pick(cfg, sampled, bits, &words)
+}
+
+/// Picks among `cfg.candidates` from the words each encoded the `sampled` values' chunks into
+/// (`words[i]` for candidate `i`; every window chunked on its own): the best ratio, or the
+/// cheapest decode among near-ties. Both backends decide here, from the same counts.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a bad configuration; [`Error::LengthMismatch`] where
+/// `words` does not hold a count for every candidate.
+pub(crate) fn pick(
+    cfg: &SelectorConfig,
+    sampled: usize,
+    bits: u32,
+    words: &[u64],
+) -> Result<Selection> {
+    cfg.check()?;
     if sampled == 0 {
         return Ok(Selection {
             scheme: Scheme::bitpack(),
@@ -123,27 +161,14 @@ pub(crate) fn choose<T: Element>(samples: &[Vec<T>], cfg: &SelectorConfig) -> Re
             candidates: Vec::new(),
         });
     }
-    let (bits, flip) = (T::BITS, sign_flip::<T>());
-    let cv = cfg.options.chunk_values as usize;
-    let chunks: Vec<Vec<u64>> = samples
-        .iter()
-        .flat_map(|s| s.chunks(cv))
-        .map(|c| c.iter().map(|v| v.to_bits()).collect())
-        .collect();
+    Error::check_len(
+        "encoded sizes vs candidates",
+        words.len(),
+        cfg.candidates.len(),
+    )?;
     let raw_bytes = (sampled * (bits as usize / 8)) as f64;
-    // Every (scheme, chunk) pair at once: a scheme at a time left most of a wide machine idle
-    // (a distributed join's plan chose schemes for 19.7 ms on 4 H200s' host).
-    let candidates: Vec<(Scheme, f64)> = cfg
-        .candidates
-        .par_iter()
-        .map(|scheme| {
-            let words: usize = chunks
-                .par_iter()
-                .enumerate()
-                .map(|(c, ch)| encode_chunk(ch, bits, flip, scheme, c as u64).len())
-                .sum();
-            (scheme.clone(), raw_bytes / (words * 8) as f64)
-        })
+    let candidates: Vec<(Scheme, f64)> = (cfg.candidates.iter().zip(words))
+        .map(|(scheme, &w)| (scheme.clone(), raw_bytes / (w.max(1) * 8) as f64))
         .collect();
     let best = candidates.iter().map(|c| c.1).fold(0.0, f64::max);
     let floor = best * (1.0 - cfg.tolerance);

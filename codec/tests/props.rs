@@ -471,6 +471,109 @@ fn bad_arguments() {
     ));
 }
 
+/// The sampled selector's reference: every window compressed alone on the CPU (the public
+/// stream path), its chunk words counted from the stream (less header and offset table), the candidates' ratios from those,
+/// and the documented pick (best ratio; within the tolerance, the cheapest decode, then the
+/// better ratio).
+fn selection_reference<T: Element>(
+    data: &[T],
+    cfg: &SelectorConfig,
+) -> (Scheme, Vec<(Scheme, f64)>) {
+    let (n, s, w) = (data.len(), cfg.samples, cfg.sample_values);
+    let windows: Vec<std::ops::Range<usize>> = if s * w >= n {
+        std::iter::once(0..n).collect()
+    } else if s == 1 {
+        std::iter::once(0..w).collect()
+    } else {
+        (0..s)
+            .map(|i| (n - w) * i / (s - 1))
+            .map(|start| start..start + w)
+            .collect()
+    };
+    let cpu = CpuBackend::new();
+    let raw_bytes = (n.min(s * w) * (T::BITS as usize / 8)) as f64;
+    let candidates: Vec<(Scheme, f64)> = (cfg.candidates.iter())
+        .map(|scheme| {
+            let words: u64 = (windows.iter())
+                .map(|r| {
+                    let enc = cpu
+                        .compress(&data[r.clone()].to_vec(), scheme, &cfg.options)
+                        .unwrap();
+                    let info = inspect(&enc).unwrap();
+                    enc.len() as u64 - info.directory_words()
+                })
+                .sum();
+            (scheme.clone(), raw_bytes / (words * 8) as f64)
+        })
+        .collect();
+    let cost = |s: &Scheme| -> u32 {
+        (s.layers().iter())
+            .map(|l| if *l == Layer::Rle { 2 } else { 1 })
+            .sum()
+    };
+    let best = candidates.iter().map(|c| c.1).fold(0.0, f64::max);
+    let pick = (candidates.iter())
+        .filter(|c| c.1 >= best * (1.0 - cfg.tolerance))
+        .min_by(|a, b| cost(&a.0).cmp(&cost(&b.0)).then(b.1.total_cmp(&a.1)))
+        .unwrap();
+    (pick.0.clone(), candidates)
+}
+
+/// The selector on both backends equals the reference (the GPU encodes the sampled windows on
+/// the device, the CPU on the host) on every column shape, window layout and chunking.
+fn check_selector<T: Element + Ord>(test: &str) {
+    let gpu = gpu(test);
+    let cpu = CpuBackend::new();
+    let candidates = prop_oneof![
+        Just(Scheme::candidates()),
+        proptest::collection::vec(scheme(), 1..5),
+    ];
+    let config = (1usize..20, 1usize..3000, 0.0f64..0.3, candidates, options()).prop_map(
+        |(samples, sample_values, tolerance, candidates, options)| SelectorConfig {
+            samples,
+            sample_values,
+            tolerance,
+            candidates,
+            options,
+        },
+    );
+    runner(40)
+        .run(&(column::<T>(), config), |(data, cfg)| {
+            let sel = cpu.select_scheme(&data, &cfg).unwrap();
+            if data.is_empty() {
+                prop_assert_eq!(sel.sampled_values, 0);
+                prop_assert!(sel.candidates.is_empty());
+            } else {
+                let (scheme, candidates) = selection_reference(&data, &cfg);
+                prop_assert_eq!(&sel.scheme, &scheme);
+                prop_assert_eq!(&sel.candidates, &candidates);
+            }
+            if let Some(g) = &gpu {
+                let d = g.upload(&data).unwrap();
+                prop_assert_eq!(g.select_scheme(&d, &cfg).unwrap(), sel);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn selector_u32() {
+    check_selector::<u32>("selector_u32");
+}
+#[test]
+fn selector_u64() {
+    check_selector::<u64>("selector_u64");
+}
+#[test]
+fn selector_i32() {
+    check_selector::<i32>("selector_i32");
+}
+#[test]
+fn selector_i64() {
+    check_selector::<i64>("selector_i64");
+}
+
 #[test]
 fn selector_picks_sensible_schemes() {
     let gpu = gpu("selector_picks_sensible_schemes");
