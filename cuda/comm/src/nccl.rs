@@ -854,8 +854,10 @@ impl NcclComm {
 }
 
 /// Values per rank an all-gather of host values carries in its first (and usually only) round:
-/// a length, then the values when fewer than this.
-const INLINE_SLOT: usize = 16;
+/// a length, then the values when fewer than this. Every round costs a transport round trip
+/// (a third of a millisecond over sockets) and these bytes are few: room for the distributed
+/// join's largest agreement (the heavy keys' 35 words).
+const INLINE_SLOT: usize = 40;
 
 /// The row counts of exchanged headers of `words` words each, one per rank, (rows, element
 /// size, ...): a peer that sent [`POISON`] failed, element sizes must be this rank's. A count

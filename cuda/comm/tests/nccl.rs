@@ -54,13 +54,16 @@ fn a_world_of_one_gathers_reduces_and_exchanges() {
         return;
     };
     assert_eq!((comm.rank(), comm.size()), (0, 1));
-    // Host values: inline (short) and in a second round (long), and none.
+    // Host values: inline (short, up to the first round's slot) and in a second round (long),
+    // and none.
     assert_eq!(
         comm.all_gather(&[3, u64::MAX, 0]).unwrap(),
         vec![3, u64::MAX, 0]
     );
-    let long: Vec<u64> = (0..1000).map(|i| i * 7919).collect();
-    assert_eq!(comm.all_gather(&long).unwrap(), long);
+    for n in [39, 40, 1000] {
+        let long: Vec<u64> = (0..n).map(|i| i * 7919).collect();
+        assert_eq!(comm.all_gather(&long).unwrap(), long, "{n} values");
+    }
     assert_eq!(comm.all_gather(&[]).unwrap(), Vec::<u64>::new());
     assert_eq!(comm.all_reduce(&[5, 9], ReduceOp::Max).unwrap(), vec![5, 9]);
     comm.barrier().unwrap();

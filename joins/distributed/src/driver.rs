@@ -964,7 +964,7 @@ where
         let placement = placement_of(opts, ranks, sizes);
         let heavy = match (opts.skew, placement, left_keys) {
             (Skew::Replicate { load }, Placement::Partitioned, Some(keys)) if ranks > 1 => {
-                settle(comm, "heavy keys", heavy_keys(comm, b, keys, load))?
+                heavy_keys(comm, b, keys, load)?
             }
             _ => Vec::new(),
         };

@@ -11,11 +11,16 @@ use joinkit_cuda::{Backend, Buffer, Key, Result, map_column};
 use joinkit_hashtable::{HashTables, TableConfig};
 use joinkit_primitives::{Bounds, Compact, Gather};
 
+use crate::shuffle::settle_gather;
+
 /// Left keys each rank samples.
 const SAMPLE_ROWS: usize = 1 << 12;
 
 /// The most frequent sampled keys each rank proposes.
 const CANDIDATES: usize = 16;
+
+/// Words of a rank's proposal: its rows, its sampled rows, then (key, sampled count) pairs.
+const POST_WORDS: usize = 2 + 2 * CANDIDATES;
 
 /// Sampled occurrences (over all ranks) below which a key is not called heavy, whatever its
 /// estimate: fewer say little about its true count.
@@ -43,23 +48,26 @@ where
 {
     let rows = left.len();
     let take = rows.min(SAMPLE_ROWS);
-    let sample = if take == 0 {
-        Vec::new()
-    } else {
-        let at: Vec<u32> = (0..take).map(|i| (i * rows / take) as u32).collect();
-        let at = b.upload(&at)?;
-        b.download(&b.gather(left, &at, Bounds::Trust)?)?
-    };
-    let top = most_frequent(sample.iter().map(|k| k.to_u64()).collect(), CANDIDATES);
-    let mut post = vec![0u64; 2 + 2 * CANDIDATES];
-    post[0] = rows as u64;
-    post[1] = take as u64;
-    for (i, (k, c)) in top.into_iter().enumerate() {
-        post[2 + 2 * i] = k;
-        post[3 + 2 * i] = c;
-    }
-    let all = comm.all_gather(&post)?;
-    let ranks: Vec<&[u64]> = all.chunks(post.len()).collect();
+    let post = (|| {
+        let sample = if take == 0 {
+            Vec::new()
+        } else {
+            let at: Vec<u32> = (0..take).map(|i| (i * rows / take) as u32).collect();
+            let at = b.upload(&at)?;
+            b.download(&b.gather(left, &at, Bounds::Trust)?)?
+        };
+        let top = most_frequent(sample.iter().map(|k| k.to_u64()).collect(), CANDIDATES);
+        let mut post = vec![0u64; POST_WORDS];
+        post[0] = rows as u64;
+        post[1] = take as u64;
+        for (i, (k, c)) in top.into_iter().enumerate() {
+            post[2 + 2 * i] = k;
+            post[3 + 2 * i] = c;
+        }
+        Ok(post)
+    })();
+    // Every rank's proposal, and whether every rank made one, in one collective.
+    let ranks = settle_gather(comm, "heavy keys", POST_WORDS, post)?;
     // A key's sampled count on every rank that proposed it: a rank that sampled the key but
     // did not propose it contributes nothing, which only makes the estimate lower.
     let mut estimate: HashMap<u64, (f64, u64)> = HashMap::new();

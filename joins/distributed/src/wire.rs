@@ -1,11 +1,13 @@
 //! How a shuffled column crosses a link: raw, or compressed with the cascaded codec
 //! (Gao & Sakharnykh §4–5). Each rank samples its columns ([`Codec::select_scheme`]); the ranks
-//! add up their raw and estimated compressed bytes per column ([`Communicator::all_reduce`]), so
-//! every rank reads the same ratio and takes the same decision (a rank never waits for words
-//! that are not coming). A compressed column's per-destination slices are encoded by one
-//! [`Codec::compress_many`] over the partition bounds, moved as words, and decoded on arrival
-//! by one [`Codec::decompress_many_into`] straight into the receive column.
+//! gather their raw and estimated compressed bytes per column ([`Communicator::agree_gather`]),
+//! so every rank reads the same ratio and takes the same decision (a rank never waits for
+//! words that are not coming). A compressed column's per-destination slices are encoded by
+//! one [`Codec::compress_many`] over the partition bounds; a table's compressed columns travel
+//! packed in one collective and are decoded on arrival by one
+//! [`Codec::decompress_many_into`] a column, straight into the receive column.
 
+use std::ops::Range;
 use std::time::Instant;
 
 use joinkit::Table;
@@ -16,7 +18,7 @@ use joinkit_cuda::{
 };
 
 use crate::Compression;
-use crate::shuffle::settle;
+use crate::shuffle::{settle, settle_gather};
 
 /// Sampled ratio below which a column is sent raw whatever the link: the codec's work and the
 /// stream headers would buy less than a tenth of the bytes.
@@ -320,20 +322,24 @@ where
     {
         return Ok(Wire::raw(side, level));
     }
-    let local = settle(
-        comm,
-        "sampling the shuffled columns",
-        std::iter::once(sample(b, &table.keys))
-            .chain(
-                table
-                    .payloads
-                    .iter()
-                    .map(|c| each_column!(c, c => sample(b, c))),
-            )
-            .collect::<Result<Vec<_>>>(),
-    )?;
-    let sizes: Vec<u64> = local.iter().flat_map(|s| [s.1, s.2]).collect();
-    let sums = comm.all_reduce(&sizes, ReduceOp::Sum)?;
+    let local = std::iter::once(sample(b, &table.keys))
+        .chain(
+            table
+                .payloads
+                .iter()
+                .map(|c| each_column!(c, c => sample(b, c))),
+        )
+        .collect::<Result<Vec<_>>>();
+    // Every rank's raw and estimated bytes of each column, agreed on in one collective.
+    let words = 2 * (1 + table.payloads.len());
+    let sizes = (local.as_ref())
+        .map(|l| l.iter().flat_map(|s| [s.1, s.2]).collect())
+        .map_err(Clone::clone);
+    let every = settle_gather(comm, "sampling the shuffled columns", words, sizes)?;
+    let local = local?;
+    let sums: Vec<u64> = (0..words)
+        .map(|i| every.iter().map(|rank| rank[i]).sum())
+        .collect();
     let ratios: Vec<f64> = sums
         .chunks(2)
         .map(|s| {
@@ -511,30 +517,29 @@ fn encode<B: Codec, T: Element>(
     Ok(Encoded { words, counts })
 }
 
-/// Decodes the words received from every rank (`word_counts[p]` from rank `p`, carrying
+/// Decodes the words received from every rank (`ranges[p]` of `words` from rank `p`, carrying
 /// `rows[p]` rows) into one column, in rank order.
 fn decode<B: Codec, T: Element>(
     b: &B,
     words: &B::Buf<u64>,
-    word_counts: &[usize],
+    ranges: &[Range<usize>],
     rows: &[usize],
 ) -> Result<B::Buf<T>> {
     let mut out = b.alloc::<T>(total(rows)?)?;
-    let mut ranges = Vec::with_capacity(rows.len());
-    let mut at = 0usize;
-    for (&w, &n) in word_counts.iter().zip(rows) {
-        if (w == 0) != (n == 0) {
+    let mut streams = Vec::with_capacity(rows.len());
+    for (r, &n) in ranges.iter().zip(rows) {
+        if r.is_empty() != (n == 0) {
             return Err(Error::Corrupt(format!(
-                "{w} compressed words for {n} rows from a rank"
+                "{} compressed words for {n} rows from a rank",
+                r.len()
             )));
         }
         if n > 0 {
-            ranges.push(at..at + w);
+            streams.push(r.clone());
         }
-        at += w;
     }
-    if !ranges.is_empty() {
-        let bounds = b.decompress_many_into(words, &ranges, &mut out)?;
+    if !streams.is_empty() {
+        let bounds = b.decompress_many_into(words, &streams, &mut out)?;
         let decoded = bounds.windows(2).map(|w| w[1] - w[0]);
         if !decoded.eq(rows.iter().copied().filter(|&n| n > 0)) {
             return Err(Error::Corrupt(
@@ -545,6 +550,127 @@ fn decode<B: Codec, T: Element>(
     Ok(out)
 }
 
+/// A table's compressed columns packed for one collective: for each destination, a header
+/// (its rows, then each compressed column's words for it) and those words, column after
+/// column. The ranks meet once for every column (a count exchange, an agreement, one group
+/// of transfers), where a collective a column and one for the rows cost a meeting each: over
+/// a slow transport's round trips, milliseconds.
+struct Packed<B: Backend> {
+    words: B::Buf<u64>,
+    /// Words for each destination.
+    counts: Vec<usize>,
+    /// The compressed columns (`None`: raw) and their words for each destination.
+    columns: Vec<Option<Vec<usize>>>,
+}
+
+/// Header words of a destination's slice of [`Packed`] with `compressed` columns.
+fn header_words(compressed: usize) -> usize {
+    1 + compressed
+}
+
+/// Encodes `table`'s columns that `wire` compresses (`counts[p]` rows for destination `p`)
+/// and packs them for destination after destination.
+fn pack<B: Codec, K: Key>(
+    b: &B,
+    table: &Table<B, K>,
+    counts: &[usize],
+    wire: &Wire,
+) -> Result<Packed<B>> {
+    let encoded = (0..=table.payloads.len())
+        .map(|i| {
+            let Some(s) = wire.scheme(i) else {
+                return Ok(None);
+            };
+            match i {
+                0 => encode(b, &table.keys, counts, s),
+                _ => each_column!(&table.payloads[i - 1], c => encode(b, c, counts, s)),
+            }
+            .map(Some)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let compressed: Vec<&Encoded<B>> = encoded.iter().flatten().collect();
+    let h = header_words(compressed.len());
+    let header: Vec<u64> = (0..counts.len())
+        .flat_map(|p| {
+            std::iter::once(counts[p] as u64)
+                .chain(compressed.iter().map(move |e| e.counts[p] as u64))
+        })
+        .collect();
+    let slices: Vec<usize> = (0..counts.len())
+        .map(|p| h + compressed.iter().map(|e| e.counts[p]).sum::<usize>())
+        .collect();
+    let mut words = b.alloc::<u64>(total(&slices)?)?;
+    let header = b.upload(&header)?;
+    let mut starts = vec![0usize; compressed.len()];
+    let mut at = 0;
+    for p in 0..counts.len() {
+        b.copy_range_into(&header, p * h..(p + 1) * h, &mut words, at)?;
+        at += h;
+        for (e, start) in compressed.iter().zip(&mut starts) {
+            let n = e.counts[p];
+            b.copy_range_into(&e.words, *start..*start + n, &mut words, at)?;
+            (*start, at) = (*start + n, at + n);
+        }
+    }
+    let columns = encoded.into_iter().map(|e| e.map(|e| e.counts)).collect();
+    Ok(Packed {
+        words,
+        counts: slices,
+        columns,
+    })
+}
+
+/// The rows from each rank, and each compressed column's word range of each rank's slice.
+type Unpacked = (Vec<usize>, Vec<Vec<Range<usize>>>);
+
+/// What came in [`Packed`] slices from every rank (`slices[p]` words from rank `p`, in rank
+/// order), read from their headers: the rows from each rank, and each compressed column's
+/// word range of each rank.
+fn unpack<B: Backend>(
+    b: &B,
+    words: &B::Buf<u64>,
+    slices: &[usize],
+    compressed: usize,
+) -> Result<Unpacked> {
+    let h = header_words(compressed);
+    let mut heads = b.alloc::<u64>(h * slices.len())?;
+    let mut at = 0;
+    for (p, &n) in slices.iter().enumerate() {
+        if n < h {
+            return Err(Error::Corrupt(format!(
+                "{n} words of compressed columns from rank {p}, less than their header"
+            )));
+        }
+        b.copy_range_into(words, at..at + h, &mut heads, p * h)?;
+        at += n;
+    }
+    let heads = b.download(&heads)?;
+    let mut rows = Vec::with_capacity(slices.len());
+    let mut ranges = vec![Vec::with_capacity(slices.len()); compressed];
+    let count = |w: u64| usize::try_from(w).map_err(|_| Error::SizeOverflow("words received"));
+    let mut at = 0usize;
+    for (head, &n) in heads.chunks(h).zip(slices) {
+        rows.push(count(head[0])?);
+        let mut start = at + h;
+        for (column, &w) in ranges.iter_mut().zip(&head[1..]) {
+            let w = count(w)?;
+            let end = start
+                .checked_add(w)
+                .filter(|&e| e <= at + n)
+                .ok_or_else(|| Error::Corrupt("compressed columns past their slice".into()))?;
+            column.push(start..end);
+            start = end;
+        }
+        if start != at + n {
+            return Err(Error::Corrupt(
+                "compressed columns short of their slice".into(),
+            ));
+        }
+        at += n;
+    }
+    Ok((rows, ranges))
+}
+
 /// Where a moved column's traffic is accounted.
 struct Mover<'w> {
     wire: &'w Wire,
@@ -553,66 +679,64 @@ struct Mover<'w> {
 }
 
 impl Mover<'_> {
-    /// Moves column `index` (`buf`) by `pattern`, raw or (with `encoded`) as its encoded
-    /// words, decoded on arrival (`rows`: the rows coming from each rank), and accounts the
-    /// bytes this rank sent to others, raw and as sent.
-    #[allow(clippy::too_many_arguments)]
+    /// Moves column `index` (`buf`) raw by `pattern` and accounts the bytes this rank sent to
+    /// others.
     fn moved<C, T>(
         &mut self,
         comm: &C,
         b: &C::Backend,
         buf: &<C::Backend as Backend>::Buf<T>,
         pattern: Pattern<'_>,
-        encoded: Option<&Encoded<C::Backend>>,
-        rows: &[usize],
         index: usize,
     ) -> Result<<C::Backend as Backend>::Buf<T>>
     where
         C: Communicator,
-        C::Backend: Codec,
         T: Element,
     {
         let (me, ranks) = (comm.rank(), comm.size());
         let raw = pattern.away(&pattern.counts(buf.len()), me, ranks, size_of::<T>());
-        let Some(e) = encoded else {
-            let out = match (pattern, self.arrival) {
-                (Pattern::AllToAll(c), Arrival::RankOrder) => comm.all_to_all_v(b, buf, c)?.0,
-                (Pattern::AllToAll(c), Arrival::Any) => comm.all_to_all_v_any_order(b, buf, c)?.0,
-                (Pattern::AllGather, Arrival::RankOrder) => comm.all_gather_v(b, buf)?.0,
-                (Pattern::AllGather, Arrival::Any) => comm.all_gather_v_any_order(b, buf)?.0,
-            };
-            self.traffic.add(self.wire, index, raw, raw);
-            return Ok(out);
+        let out = match (pattern, self.arrival) {
+            (Pattern::AllToAll(c), Arrival::RankOrder) => comm.all_to_all_v(b, buf, c)?.0,
+            (Pattern::AllToAll(c), Arrival::Any) => comm.all_to_all_v_any_order(b, buf, c)?.0,
+            (Pattern::AllGather, Arrival::RankOrder) => comm.all_gather_v(b, buf)?.0,
+            (Pattern::AllGather, Arrival::Any) => comm.all_gather_v_any_order(b, buf)?.0,
         };
-        let (words, word_counts) = match pattern {
-            Pattern::AllToAll(_) => comm.all_to_all_v(b, &e.words, &e.counts)?,
-            Pattern::AllGather => comm.all_gather_v(b, &e.words)?,
-        };
-        let sent = pattern.away(&e.counts, me, ranks, 8);
-        self.traffic.add(self.wire, index, raw, sent);
-        decode(b, &words, &word_counts, rows)
+        self.traffic.add(self.wire, index, raw, raw);
+        Ok(out)
     }
-}
 
-/// The rows each rank sends this one by `pattern` (`len`: this rank's table rows).
-fn rows_from<C: Communicator>(
-    comm: &C,
-    b: &C::Backend,
-    pattern: Pattern<'_>,
-    len: usize,
-) -> Result<Vec<usize>> {
-    let words = match pattern {
-        Pattern::AllToAll(counts) => {
-            let mine: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
-            let (got, _) = comm.all_to_all_v(b, &b.upload(&mine)?, &vec![1; comm.size()])?;
-            b.download(&got)?
+    /// Moves `packed` by `pattern` in one collective (rank order, so each rank's slice is
+    /// whole) and accounts each compressed column's bytes: raw (`widths[i]` bytes a row of
+    /// column `i`, `rows` for each destination) and as sent, the headers with the first.
+    /// Returns the words received with the rows and column ranges of every rank.
+    fn moved_packed<C: Communicator>(
+        &mut self,
+        comm: &C,
+        b: &C::Backend,
+        packed: &Packed<C::Backend>,
+        (pattern, rows): (Pattern<'_>, &[usize]),
+        widths: &[usize],
+    ) -> Result<(<C::Backend as Backend>::Buf<u64>, Unpacked)> {
+        let (me, ranks) = (comm.rank(), comm.size());
+        let (words, slices) = match pattern {
+            Pattern::AllToAll(_) => comm.all_to_all_v(b, &packed.words, &packed.counts)?,
+            Pattern::AllGather => comm.all_gather_v(b, &packed.words)?,
+        };
+        let compressed: Vec<(usize, &Vec<usize>)> = (packed.columns.iter().enumerate())
+            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+            .collect();
+        let headers = header_words(compressed.len()) as u64;
+        for (k, &(i, column_words)) in compressed.iter().enumerate() {
+            let raw = pattern.away(rows, me, ranks, widths[i]);
+            let mut sent = pattern.away(column_words, me, ranks, 8);
+            if k == 0 {
+                sent += pattern.away(&vec![1; rows.len()], me, ranks, 8) * headers;
+            }
+            self.traffic.add(self.wire, i, raw, sent);
         }
-        Pattern::AllGather => comm.all_gather(&[len as u64])?,
-    };
-    words
-        .into_iter()
-        .map(|w| usize::try_from(w).map_err(|_| Error::SizeOverflow("rows received")))
-        .collect()
+        let unpacked = unpack(b, &words, &slices, compressed.len())?;
+        Ok((words, unpacked))
+    }
 }
 
 /// Moves `table` by `pattern`, every column raw or compressed as `wire` says (compressed
@@ -636,31 +760,15 @@ where
         return move_raw_columns(comm, b, table, to, (wire, traffic));
     }
     let counts = pattern.counts(table.len());
-    let (encoded, rows) = if wire.compresses() {
-        let encoded = settle(
-            comm,
-            "compressing the shuffled columns",
-            (0..=table.payloads.len())
-                .map(|i| {
-                    let Some(s) = wire.scheme(i) else {
-                        return Ok(None);
-                    };
-                    match i {
-                        0 => encode(b, &table.keys, &counts, s),
-                        _ => each_column!(&table.payloads[i - 1], c => encode(b, c, &counts, s)),
-                    }
-                    .map(Some)
-                })
-                .collect::<Result<Vec<_>>>(),
-        )?;
-        (encoded, rows_from(comm, b, pattern, table.len())?)
+    let packed = if wire.compresses() {
+        let packing = pack(b, table, &counts, wire);
+        Some(settle(comm, "compressing the shuffled columns", packing)?)
     } else {
-        (Vec::new(), Vec::new())
+        None
     };
-    let enc = |i: usize| encoded.get(i).and_then(Option::as_ref);
     // Raw columns may arrive in any order only if every column is raw: decoded ones come in
     // rank order.
-    let arrival = if wire.compresses() {
+    let arrival = if packed.is_some() {
         Arrival::RankOrder
     } else {
         arrival
@@ -670,11 +778,33 @@ where
         traffic,
         arrival,
     };
-    // Every column moves, whatever happened to the ones before (collectives stay in step).
-    let keys = column.moved::<C, K>(comm, b, &table.keys, pattern, enc(0), &rows, 0);
+    let widths: Vec<usize> = std::iter::once(size_of::<K>())
+        .chain(table.payloads.iter().map(Column::width))
+        .collect();
+    // The compressed columns in one collective, then each raw one in its own; every one moves
+    // whatever happened to those before (the collectives stay in step).
+    let received = packed
+        .as_ref()
+        .map(|p| column.moved_packed(comm, b, p, (pattern, &counts), &widths));
+    let mut ranges_of = match &received {
+        Some(Ok((_, (_, ranges)))) => ranges.iter(),
+        _ => [].iter(),
+    };
+    let compressed = |i: usize| packed.as_ref().is_some_and(|p| p.columns[i].is_some());
+    let mut next_ranges = |i: usize| compressed(i).then(|| ranges_of.next()).flatten();
+    let keys = match (&received, next_ranges(0)) {
+        (Some(Ok((words, (rows, _)))), Some(r)) => decode::<C::Backend, K>(b, words, r, rows),
+        (Some(Err(e)), _) if compressed(0) => Err(e.clone()),
+        _ => column.moved::<C, K>(comm, b, &table.keys, pattern, 0),
+    };
     let payloads = (table.payloads.iter().enumerate())
         .map(|(i, c)| {
-            Ok(map_column!(c, c, T => column.moved::<C, T>(comm, b, c, pattern, enc(i + 1), &rows, i + 1)?))
+            let r = next_ranges(i + 1);
+            Ok(map_column!(c, c, T => match (&received, r) {
+                (Some(Ok((words, (rows, _)))), Some(r)) => decode::<C::Backend, T>(b, words, r, rows)?,
+                (Some(Err(e)), _) if compressed(i + 1) => return Err(e.clone()),
+                _ => column.moved::<C, T>(comm, b, c, pattern, i + 1)?,
+            }))
         })
         .collect::<Vec<Result<_>>>();
     let keys = keys?;
