@@ -371,16 +371,18 @@ pub fn plan_compress<'s, T: Element>(
     backend.fill(&mut sizes, 0)?;
     let mut pos = backend.alloc::<u64>(g_len)?;
     let on_device = layout.upload(backend)?;
-    let encoder = Encoder::new::<T>(backend, cv, chunks)?;
-    let slots_of = (slots, slot_words);
-    encoder.launch(
-        backend,
-        input,
-        &on_device,
-        scheme,
-        slots_of,
-        sizes.device_ptr(),
-    )?;
+    if chunks > 0 {
+        let slots_of = (slots, slot_words);
+        let encoder = Encoder::new::<T>(backend, cv, chunks)?;
+        encoder.launch(
+            backend,
+            input,
+            &on_device,
+            scheme,
+            slots_of,
+            sizes.device_ptr(),
+        )?;
+    }
     joinkit_primitives::cuda::exclusive_sum(
         backend,
         &sizes.view(),

@@ -472,9 +472,9 @@ fn bad_arguments() {
 }
 
 /// The sampled selector's reference: every window compressed alone on the CPU (the public
-/// stream path), its chunk words counted from the stream (less header and offset table), the candidates' ratios from those,
-/// and the documented pick (best ratio; within the tolerance, the cheapest decode, then the
-/// better ratio).
+/// stream path), its chunk words counted from the stream (less header and offset table), the
+/// candidates' ratios from those, and the documented pick (best ratio; within the tolerance,
+/// the cheapest decode, then the better ratio).
 fn selection_reference<T: Element>(
     data: &[T],
     cfg: &SelectorConfig,

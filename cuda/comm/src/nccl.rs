@@ -856,7 +856,8 @@ impl NcclComm {
 /// Values per rank an all-gather of host values carries in its first (and usually only) round:
 /// a length, then the values when fewer than this. Every round costs a transport round trip
 /// (a third of a millisecond over sockets) and these bytes are few: room for the distributed
-/// join's largest agreement (the heavy keys' 35 words).
+/// join's agreements (the heavy keys' 35 words; a compressed shuffle's plan, 3 + 2 a payload
+/// column, up to 18 payload columns).
 const INLINE_SLOT: usize = 40;
 
 /// The row counts of exchanged headers of `words` words each, one per rank, (rows, element

@@ -1,7 +1,8 @@
 //! Moving a table's rows to the ranks that own their keys: hash partition by destination,
-//! then one all-to-all per column (one level), or two (across nodes to the rail peers, then
+//! then the columns' all-to-all (one level), or two (across nodes to the rail peers, then
 //! within the node), and the all-gather that replicates a table on every rank; each column
-//! raw or compressed ([`crate::wire`]).
+//! raw or compressed ([`crate::wire`]: raw columns in one collective a table where their rows
+//! may arrive in any order, else one a column; compressed ones packed in one).
 
 use joinkit::Table;
 use joinkit_codec::Codec;

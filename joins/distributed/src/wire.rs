@@ -563,8 +563,9 @@ struct Packed<B: Backend> {
     columns: Vec<Option<Vec<usize>>>,
 }
 
-/// Header words of a destination's slice of [`Packed`] with `compressed` columns.
-fn header_words(compressed: usize) -> usize {
+/// Header words of a destination's slice of [`Packed`] with `compressed` columns (a slice
+/// with no rows has none: nothing goes to a destination that gets no rows).
+fn pack_header_words(compressed: usize) -> usize {
     1 + compressed
 }
 
@@ -589,21 +590,28 @@ fn pack<B: Codec, K: Key>(
         })
         .collect::<Result<Vec<_>>>()?;
     let compressed: Vec<&Encoded<B>> = encoded.iter().flatten().collect();
-    let h = header_words(compressed.len());
+    let h = pack_header_words(compressed.len());
     let header: Vec<u64> = (0..counts.len())
         .flat_map(|p| {
             std::iter::once(counts[p] as u64)
                 .chain(compressed.iter().map(move |e| e.counts[p] as u64))
         })
         .collect();
-    let slices: Vec<usize> = (0..counts.len())
-        .map(|p| h + compressed.iter().map(|e| e.counts[p]).sum::<usize>())
-        .collect();
+    let slices = (0..counts.len())
+        .map(|p| {
+            let words: usize = compressed.iter().map(|e| e.counts[p]).sum();
+            match (counts[p], words) {
+                (0, 0) => Ok(0),
+                (0, _) => Err(Error::Corrupt("compressed words for no rows".into())),
+                _ => Ok(h + words),
+            }
+        })
+        .collect::<Result<Vec<usize>>>()?;
     let mut words = b.alloc::<u64>(total(&slices)?)?;
     let header = b.upload(&header)?;
     let mut starts = vec![0usize; compressed.len()];
     let mut at = 0;
-    for p in 0..counts.len() {
+    for p in (0..counts.len()).filter(|&p| slices[p] > 0) {
         b.copy_range_into(&header, p * h..(p + 1) * h, &mut words, at)?;
         at += h;
         for (e, start) in compressed.iter().zip(&mut starts) {
@@ -632,10 +640,10 @@ fn unpack<B: Backend>(
     slices: &[usize],
     compressed: usize,
 ) -> Result<Unpacked> {
-    let h = header_words(compressed);
+    let h = pack_header_words(compressed);
     let mut heads = b.alloc::<u64>(h * slices.len())?;
     let mut at = 0;
-    for (p, &n) in slices.iter().enumerate() {
+    for (p, &n) in slices.iter().enumerate().filter(|&(_, &n)| n > 0) {
         if n < h {
             return Err(Error::Corrupt(format!(
                 "{n} words of compressed columns from rank {p}, less than their header"
@@ -650,6 +658,12 @@ fn unpack<B: Backend>(
     let count = |w: u64| usize::try_from(w).map_err(|_| Error::SizeOverflow("words received"));
     let mut at = 0usize;
     for (head, &n) in heads.chunks(h).zip(slices) {
+        if n == 0 {
+            // Nothing came: no rows from that rank (its header was left unwritten).
+            rows.push(0);
+            ranges.iter_mut().for_each(|column| column.push(at..at));
+            continue;
+        }
         rows.push(count(head[0])?);
         let mut start = at + h;
         for (column, &w) in ranges.iter_mut().zip(&head[1..]) {
@@ -725,12 +739,13 @@ impl Mover<'_> {
         let compressed: Vec<(usize, &Vec<usize>)> = (packed.columns.iter().enumerate())
             .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
             .collect();
-        let headers = header_words(compressed.len()) as u64;
+        let headers = pack_header_words(compressed.len()) as u64;
         for (k, &(i, column_words)) in compressed.iter().enumerate() {
             let raw = pattern.away(rows, me, ranks, widths[i]);
             let mut sent = pattern.away(column_words, me, ranks, 8);
             if k == 0 {
-                sent += pattern.away(&vec![1; rows.len()], me, ranks, 8) * headers;
+                let with_rows: Vec<usize> = rows.iter().map(|&r| usize::from(r > 0)).collect();
+                sent += pattern.away(&with_rows, me, ranks, 8) * headers;
             }
             self.traffic.add(self.wire, i, raw, sent);
         }
@@ -781,30 +796,47 @@ where
     let widths: Vec<usize> = std::iter::once(size_of::<K>())
         .chain(table.payloads.iter().map(Column::width))
         .collect();
-    // The compressed columns in one collective, then each raw one in its own; every one moves
-    // whatever happened to those before (the collectives stay in step).
-    let received = packed
-        .as_ref()
-        .map(|p| column.moved_packed(comm, b, p, (pattern, &counts), &widths));
-    let mut ranges_of = match &received {
-        Some(Ok((_, (_, ranges)))) => ranges.iter(),
-        _ => [].iter(),
+    // The compressed columns in one collective, decoded as they arrive (the packs freed before
+    // the raw columns move), then each raw column in a collective of its own; every column
+    // moves whatever happened to those before (the collectives stay in step).
+    let compressed: Vec<bool> = (0..=table.payloads.len())
+        .map(|i| packed.as_ref().is_some_and(|p| p.columns[i].is_some()))
+        .collect();
+    let received = packed.map(|p| column.moved_packed(comm, b, &p, (pattern, &counts), &widths));
+    let (words, failed, rows, ranges) = match received {
+        Some(Ok((words, (rows, ranges)))) => (Some(words), None, rows, ranges),
+        Some(Err(e)) => (None, Some(e), Vec::new(), Vec::new()),
+        None => (None, None, Vec::new(), Vec::new()),
     };
-    let compressed = |i: usize| packed.as_ref().is_some_and(|p| p.columns[i].is_some());
-    let mut next_ranges = |i: usize| compressed(i).then(|| ranges_of.next()).flatten();
-    let keys = match (&received, next_ranges(0)) {
-        (Some(Ok((words, (rows, _)))), Some(r)) => decode::<C::Backend, K>(b, words, r, rows),
-        (Some(Err(e)), _) if compressed(0) => Err(e.clone()),
-        _ => column.moved::<C, K>(comm, b, &table.keys, pattern, 0),
+    let mut ranges = ranges.into_iter();
+    // A compressed column's ranges (`None` where the move failed); `None` for a raw column.
+    let mut ranges_of = |i: usize| compressed[i].then(|| ranges.next());
+    let lost = || {
+        failed
+            .clone()
+            .unwrap_or_else(|| Error::Corrupt("a compressed column went missing".into()))
     };
-    let payloads = (table.payloads.iter().enumerate())
+    let keys = ranges_of(0).map(|r| match (&words, r) {
+        (Some(w), Some(r)) => decode::<C::Backend, K>(b, w, &r, &rows),
+        _ => Err(lost()),
+    });
+    let payloads: Vec<Option<Result<Column<C::Backend>>>> = (table.payloads.iter().enumerate())
         .map(|(i, c)| {
-            let r = next_ranges(i + 1);
-            Ok(map_column!(c, c, T => match (&received, r) {
-                (Some(Ok((words, (rows, _)))), Some(r)) => decode::<C::Backend, T>(b, words, r, rows)?,
-                (Some(Err(e)), _) if compressed(i + 1) => return Err(e.clone()),
-                _ => column.moved::<C, T>(comm, b, c, pattern, i + 1)?,
-            }))
+            ranges_of(i + 1).map(|r| match (&words, r) {
+                (Some(w), Some(r)) => {
+                    Ok(map_column!(c, _c, T => decode::<C::Backend, T>(b, w, &r, &rows)?))
+                }
+                _ => Err(lost()),
+            })
+        })
+        .collect();
+    drop(words);
+    let keys = keys.unwrap_or_else(|| column.moved::<C, K>(comm, b, &table.keys, pattern, 0));
+    let payloads = (table.payloads.iter().zip(payloads).enumerate())
+        .map(|(i, (c, decoded))| {
+            decoded.unwrap_or_else(|| {
+                Ok(map_column!(c, c, T => column.moved::<C, T>(comm, b, c, pattern, i + 1)?))
+            })
         })
         .collect::<Vec<Result<_>>>();
     let keys = keys?;
