@@ -17,10 +17,22 @@ use joinkit_distributed::{
 /// Rank `r`'s share of `keys` (every `ranks`-th row from `r`), as a table with the keys again
 /// as a `u64` payload column, so the output says which rows met.
 fn share<B: Backend>(b: &B, keys: &[u64], r: usize, ranks: usize) -> Table<B, u64> {
+    share_with(b, keys, &|k| k, r, ranks)
+}
+
+/// [`share`] with the payload `payload(key)`.
+fn share_with<B: Backend>(
+    b: &B,
+    keys: &[u64],
+    payload: &(dyn Fn(u64) -> u64 + Sync),
+    r: usize,
+    ranks: usize,
+) -> Table<B, u64> {
     let mine: Vec<u64> = keys.iter().skip(r).step_by(ranks).copied().collect();
+    let payloads: Vec<u64> = mine.iter().map(|&k| payload(k)).collect();
     Table::new(
         b.upload(&mine).unwrap(),
-        vec![Column::U64(b.upload(&mine).unwrap())],
+        vec![Column::U64(b.upload(&payloads).unwrap())],
     )
     .unwrap()
 }
@@ -33,6 +45,17 @@ fn join<B: DistributedBackend>(
     opts: &DistributedOptions,
     open: &(dyn Fn() -> B + Sync),
 ) -> (Vec<(u64, u64)>, Vec<DistributedStats>) {
+    join_with(ranks, (left, right), &|k| k, opts, open)
+}
+
+/// [`join`] of tables whose payload is `payload(key)`.
+fn join_with<B: DistributedBackend>(
+    ranks: usize,
+    (left, right): (&[u64], &[u64]),
+    payload: &(dyn Fn(u64) -> u64 + Sync),
+    opts: &DistributedOptions,
+    open: &(dyn Fn() -> B + Sync),
+) -> (Vec<(u64, u64)>, Vec<DistributedStats>) {
     let world = LocalWorld::new(ranks, CommConfig::default()).unwrap();
     let outputs = world.run(|comm| {
         let b = open();
@@ -40,8 +63,8 @@ fn join<B: DistributedBackend>(
         let (out, stats) = distributed_join_columns(
             &comm,
             &b,
-            share(&b, left, r, n),
-            share(&b, right, r, n),
+            share_with(&b, left, payload, r, n),
+            share_with(&b, right, payload, r, n),
             opts,
         )?;
         let col = |c: &Column<B>| match c {
@@ -149,6 +172,35 @@ fn compression_round_trips<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync))
                 }
                 let sent: u64 = s.traffic.iter().map(|t| t.sent_bytes).sum();
                 assert_eq!(s.bytes_on_wire, sent);
+            }
+        }
+    }
+}
+
+/// A table whose keys compress and whose payload does not (random 64-bit words): the keys
+/// travel packed, the payload raw in a collective of its own, on every rank count; the
+/// output equals the uncompressed join's.
+#[test]
+fn compressed_and_raw_columns_of_one_table_both_arrive() {
+    let open = || CpuBackend::new();
+    // Sorted unique keys (their deltas compress); a random word a key (no runs either).
+    let left: Vec<u64> = (0..40_000).map(|i| i * 8 + 1).collect();
+    let right: Vec<u64> = left.iter().step_by(4).copied().collect();
+    let random = |k: u64| hash64(k, 9);
+    let opts = inner().skew(Skew::Off);
+    for ranks in 2..=5 {
+        let (want, _) = join_with(ranks, (&left, &right), &random, &opts, &open);
+        assert_eq!(want.len(), right.len());
+        let on = opts.compress(Compression::On);
+        let (got, stats) = join_with(ranks, (&left, &right), &random, &on, &open);
+        assert_eq!(got, want, "{ranks} ranks");
+        for s in &stats {
+            assert_eq!(s.traffic.len(), 4, "two columns a side: {:?}", s.traffic);
+            for t in &s.traffic {
+                assert_eq!(t.scheme.is_some(), t.column == 0, "{t:?}");
+                if t.column == 1 {
+                    assert_eq!(t.raw_bytes, t.sent_bytes, "{t:?}");
+                }
             }
         }
     }
