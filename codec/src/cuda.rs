@@ -149,7 +149,7 @@ fn copy_segments(backend: &CudaBackend, src: u64, segs: &[u64], dst: u64) -> Res
         .map_err(driver("launching codec_copy_segments"))
 }
 
-/// The buffers `input[bounds[k]..bounds[k+1]]` as the chunk kernels read them: each buffer's
+/// Ranges of an input as the chunk kernels read them, each a buffer of its own: each buffer's
 /// `(start, values, 0, 0)` and the global index of its first chunk (then the chunk count).
 struct BufferChunks {
     desc: Vec<u64>,
@@ -164,17 +164,18 @@ struct BufferChunksOnDevice {
 }
 
 impl BufferChunks {
-    fn of(bounds: &[usize], cv: u32) -> Result<Self> {
-        let nbuf = bounds.len().saturating_sub(1);
+    /// The buffers `ranges` (inside the input: checked by the callers).
+    fn of(ranges: &[Range<usize>], cv: u32) -> Result<Self> {
+        let nbuf = ranges.len();
         let buffers =
             u32::try_from(nbuf).map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
         let mut chunk_base = Vec::with_capacity(nbuf + 1);
         let mut desc = Vec::with_capacity(4 * nbuf);
         let mut g = 0u64;
-        for w in bounds.windows(2) {
+        for r in ranges {
             chunk_base.push(g);
-            let n = (w[1] - w[0]) as u64;
-            desc.extend([w[0] as u64, n, 0, 0]);
+            let n = r.len() as u64;
+            desc.extend([r.start as u64, n, 0, 0]);
             g += n.div_ceil(u64::from(cv));
         }
         chunk_base.push(g);
@@ -267,23 +268,25 @@ impl Encoder {
     }
 }
 
-/// Words each of `schemes` encodes the chunks of the buffers `input[bounds[k]..bounds[k+1]]`
-/// into (the chunks only: no stream headers or offset tables), the counts the sampled
-/// selector compares: one encode launch a scheme into the same slots, one download for all.
+/// Words each of `schemes` encodes the chunks of `input`'s `ranges` into (each range a
+/// buffer of its own; the chunks only: no stream headers or offset tables), the counts the
+/// sampled selector compares: the encoder reads the ranges where they are, one launch a
+/// scheme into the same slots, one download for all.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for bad bounds or options; allocation and driver errors.
+/// [`Error::InvalidArgument`] for ranges outside `input` or bad options; allocation and
+/// driver errors.
 pub(crate) fn encoded_chunk_words<T: Element>(
     backend: &CudaBackend,
     input: &DeviceBuffer<T>,
-    bounds: &[usize],
+    ranges: &[Range<usize>],
     schemes: &[Scheme],
     options: &CodecOptions,
 ) -> Result<Vec<u64>> {
     options.check()?;
-    check_bounds(bounds, input.len())?;
+    check_ranges(ranges, input.len())?;
     let cv = options.chunk_values;
-    let layout = BufferChunks::of(bounds, cv)?;
+    let layout = BufferChunks::of(ranges, cv)?;
     let chunks = layout.chunks();
     if chunks == 0 || schemes.is_empty() {
         return Ok(vec![0; schemes.len()]);
@@ -360,8 +363,9 @@ pub fn plan_compress<'s, T: Element>(
     options.check()?;
     check_bounds(bounds, input.len())?;
     let cv = options.chunk_values;
-    let layout = BufferChunks::of(bounds, cv)?;
-    let (nbuf, chunks) = (bounds.len() - 1, layout.chunks());
+    let buffers: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+    let layout = BufferChunks::of(&buffers, cv)?;
+    let (nbuf, chunks) = (buffers.len(), layout.chunks());
     let slot_words = raw_chunk_words(u64::from(cv), T::BITS);
     let slots = scratch
         .slots

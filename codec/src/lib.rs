@@ -381,25 +381,12 @@ impl Codec for joinkit_cuda::CudaBackend {
         config: &SelectorConfig,
     ) -> Result<Selection> {
         config.check()?;
-        // The windows gathered on the device and encoded there with every candidate; one
-        // download of the chunk sizes (the host's encoder took milliseconds of a busy host's
-        // cores for a column).
+        // The windows encoded where they lie with every candidate; one download of the chunk
+        // sizes (the host's encoder took milliseconds of a busy host's cores for a column).
         let windows = select::windows(input.len(), config);
-        let mut bounds = Vec::with_capacity(windows.len() + 1);
-        bounds.push(0);
-        let mut gathered = self.alloc::<T>(windows.iter().map(|r| r.len()).sum())?;
-        for r in &windows {
-            let at = bounds[bounds.len() - 1];
-            self.copy_range_into(input, r.clone(), &mut gathered, at)?;
-            bounds.push(at + r.len());
-        }
-        let words = cuda::encoded_chunk_words(
-            self,
-            &gathered,
-            &bounds,
-            &config.candidates,
-            &config.options,
-        )?;
-        select::pick(config, gathered.len(), T::BITS, &words)
+        let words =
+            cuda::encoded_chunk_words(self, input, &windows, &config.candidates, &config.options)?;
+        let sampled = windows.iter().map(|r| r.len()).sum();
+        select::pick(config, sampled, T::BITS, &words)
     }
 }

@@ -641,29 +641,35 @@ fn unpack<B: Backend>(
     compressed: usize,
 ) -> Result<Unpacked> {
     let h = pack_header_words(compressed);
-    let mut heads = b.alloc::<u64>(h * slices.len())?;
-    let mut at = 0;
+    // The headers of the ranks that sent something, side by side, in one download.
+    let senders = slices.iter().filter(|&&n| n > 0).count();
+    let mut heads = b.alloc::<u64>(h * senders)?;
+    let (mut at, mut k) = (0, 0);
     for (p, &n) in slices.iter().enumerate().filter(|&(_, &n)| n > 0) {
         if n < h {
             return Err(Error::Corrupt(format!(
                 "{n} words of compressed columns from rank {p}, less than their header"
             )));
         }
-        b.copy_range_into(words, at..at + h, &mut heads, p * h)?;
-        at += n;
+        b.copy_range_into(words, at..at + h, &mut heads, k * h)?;
+        (at, k) = (at + n, k + 1);
     }
     let heads = b.download(&heads)?;
+    let mut heads = heads.chunks(h);
     let mut rows = Vec::with_capacity(slices.len());
     let mut ranges = vec![Vec::with_capacity(slices.len()); compressed];
     let count = |w: u64| usize::try_from(w).map_err(|_| Error::SizeOverflow("words received"));
     let mut at = 0usize;
-    for (head, &n) in heads.chunks(h).zip(slices) {
+    for &n in slices {
         if n == 0 {
-            // Nothing came: no rows from that rank (its header was left unwritten).
+            // Nothing came: no rows from that rank.
             rows.push(0);
             ranges.iter_mut().for_each(|column| column.push(at..at));
             continue;
         }
+        let head = heads
+            .next()
+            .ok_or_else(|| Error::Corrupt("a compressed slice's header went missing".into()))?;
         rows.push(count(head[0])?);
         let mut start = at + h;
         for (column, &w) in ranges.iter_mut().zip(&head[1..]) {
