@@ -1,14 +1,18 @@
 //! The compressed and the pipelined shuffle on fixed shapes: what crosses the links (raw for
 //! incompressible keys, encoded for sorted ones, never inside a node), the same output as the
 //! blocking uncompressed join, a link measured once per communicator, per-chunk timelines, a
-//! chunk count of 0 refused, and 8-byte keys narrowed only where every rank's keys allow it.
+//! chunk count of 0 refused, 8-byte keys narrowed only where every rank's keys allow it, and
+//! compressed slices damaged on one rank failing every rank.
 
 mod common;
 
+use std::any::{Any, TypeId};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use joinkit::{Algorithm, JoinKind, JoinOptions, Table};
-use joinkit_comm::{CommConfig, Communicator, LocalWorld};
+use joinkit_comm::{CommConfig, Communicator, LinkRates, LocalWorld, Received};
 use joinkit_cuda::hash::hash64;
-use joinkit_cuda::{Backend, Column, CpuBackend, Error};
+use joinkit_cuda::{Backend, Column, CpuBackend, Element, Error};
 use joinkit_distributed::{
     Compression, DistributedBackend, DistributedOptions, DistributedStats, Level, MIN_RATIO,
     Placement, Shuffle, Skew, distributed_join_columns,
@@ -530,8 +534,8 @@ fn narrowing_is_decided_by_every_rank<B: DistributedBackend>(open: &(dyn Fn() ->
 }
 
 /// The same on one GPU shared by in-process CUDA ranks (each with its stream, and a second
-/// stream for the pipeline's communication): the codec's, the pipeline's and the narrowing's
-/// GPU paths.
+/// stream for the pipeline's communication): the codec's (damaged slices too), the pipeline's
+/// and the narrowing's GPU paths.
 #[test]
 fn compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu() {
     let Some(open) =
@@ -540,6 +544,135 @@ fn compressed_and_pipelined_shuffles_with_gpu_ranks_sharing_one_gpu() {
         return;
     };
     compression_round_trips(&open);
+    damaged_slices_fail_everywhere(&open);
     pipelines_equal_blocking(&open);
     narrowing_is_decided_by_every_rank(&open);
+}
+
+/// A communicator that damages the first `u64` buffer this rank receives (a compressed
+/// table's packed slices, where every column compresses): word `word` of the first slice's
+/// header goes up by one. Everything else passes through.
+struct Damaging<C> {
+    inner: C,
+    word: usize,
+    armed: AtomicBool,
+}
+
+impl<C: Communicator> Damaging<C> {
+    fn received<T: Element>(
+        &self,
+        b: &C::Backend,
+        (buf, counts): Received<C::Backend, T>,
+    ) -> joinkit_cuda::Result<Received<C::Backend, T>> {
+        if TypeId::of::<T>() != TypeId::of::<u64>() || !self.armed.swap(false, Ordering::Relaxed) {
+            return Ok((buf, counts));
+        }
+        let mut host = b.download(&buf)?;
+        if let Some(w) = (&mut host as &mut dyn Any).downcast_mut::<Vec<u64>>() {
+            assert!(w.len() > self.word, "a packed slice has its header");
+            w[self.word] += 1;
+        }
+        Ok((b.upload(&host)?, counts))
+    }
+}
+
+impl<C: Communicator> Communicator for Damaging<C> {
+    type Backend = C::Backend;
+
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    fn config(&self) -> CommConfig {
+        self.inner.config()
+    }
+
+    fn link_rates(&self) -> &LinkRates {
+        self.inner.link_rates()
+    }
+
+    fn all_gather(&self, values: &[u64]) -> joinkit_cuda::Result<Vec<u64>> {
+        self.inner.all_gather(values)
+    }
+
+    fn all_to_all_v<T: Element>(
+        &self,
+        b: &C::Backend,
+        send: &<C::Backend as Backend>::Buf<T>,
+        send_counts: &[usize],
+    ) -> joinkit_cuda::Result<Received<C::Backend, T>> {
+        self.received(b, self.inner.all_to_all_v(b, send, send_counts)?)
+    }
+
+    fn all_gather_v<T: Element>(
+        &self,
+        b: &C::Backend,
+        send: &<C::Backend as Backend>::Buf<T>,
+    ) -> joinkit_cuda::Result<Received<C::Backend, T>> {
+        self.received(b, self.inner.all_gather_v(b, send)?)
+    }
+
+    fn split(&self, color: usize, key: usize) -> joinkit_cuda::Result<Self> {
+        Ok(Damaging {
+            inner: self.inner.split(color, key)?,
+            word: self.word,
+            armed: AtomicBool::new(false),
+        })
+    }
+}
+
+/// Compressed slices damaged in transit on one rank (the rows its header promises, so the
+/// decoded rows differ; a column's words, so its ranges overrun the slice) are its own error
+/// there ([`Error::Corrupt`], or [`Error::LengthMismatch`] from the decoder) and [`Error::PeerFailed`] naming it on the others, never a
+/// hang or a wrong answer: shuffled (all-to-all) and replicated (all-gather) tables, 2 to 4
+/// ranks, the damaged rank first, inside or last.
+#[test]
+fn a_compressed_slice_damaged_on_one_rank_is_an_error_everywhere() {
+    damaged_slices_fail_everywhere(&|| CpuBackend::new());
+}
+
+fn damaged_slices_fail_everywhere<B: DistributedBackend>(open: &(dyn Fn() -> B + Sync)) {
+    let left = lineitem_like(20_000);
+    let right: Vec<u64> = left.iter().step_by(4).copied().collect();
+    for placement in [Placement::Partitioned, Placement::Replicated] {
+        let opts = inner()
+            .placement(placement)
+            .skew(Skew::Off)
+            .compress(Compression::On);
+        for (ranks, victim, word) in [(2, 0, 0), (2, 1, 1), (3, 1, 0), (4, 3, 1), (4, 2, 2)] {
+            let world = LocalWorld::new(ranks, CommConfig::default()).unwrap();
+            let results = world.run(|comm| {
+                let b = open();
+                let (r, n) = (comm.rank(), comm.size());
+                let comm = Damaging {
+                    inner: comm,
+                    word,
+                    armed: AtomicBool::new(r == victim),
+                };
+                let (l, rr) = (share(&b, &left, r, n), share(&b, &right, r, n));
+                distributed_join_columns(&comm, &b, l, rr, &opts).map(drop)
+            });
+            let case = format!("{placement:?}, {ranks} ranks, rank {victim}, word {word}");
+            for (r, result) in results.iter().enumerate() {
+                if r == victim {
+                    assert!(
+                        matches!(
+                            result,
+                            Err(Error::Corrupt(_) | Error::LengthMismatch { .. })
+                        ),
+                        "{case}: {result:?}"
+                    );
+                } else {
+                    assert!(
+                        matches!(result, Err(Error::PeerFailed { rank, .. }) if *rank == victim),
+                        "{case}: rank {r}: {result:?}"
+                    );
+                }
+            }
+        }
+    }
 }
