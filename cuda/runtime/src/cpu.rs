@@ -111,6 +111,12 @@ pub fn copy_parallel_uninit<T: Copy + Send + Sync>(
 }
 
 /// The CPU (rayon) backend.
+///
+/// Its buffers come from the global allocator, large ones advised onto transparent huge pages
+/// before their first touch. Its joins are measured with the system allocator: under mimalloc
+/// as the global allocator, joins with large outputs ran 2.4–3× slower on a 16-core host
+/// (`docs/results/joins.md`), so an application that installs its own allocator should
+/// measure with it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuBackend;
 
