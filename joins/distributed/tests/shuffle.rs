@@ -559,6 +559,7 @@ struct Damaging<C> {
 }
 
 impl<C: Communicator> Damaging<C> {
+    /// What came in, damaged where this is the first `u64` buffer of an armed rank.
     fn received<T: Element>(
         &self,
         b: &C::Backend,
@@ -626,10 +627,11 @@ impl<C: Communicator> Communicator for Damaging<C> {
 }
 
 /// Compressed slices damaged in transit on one rank (the rows its header promises, so the
-/// decoded rows differ; a column's words, so its ranges overrun the slice) are its own error
-/// there ([`Error::Corrupt`], or [`Error::LengthMismatch`] from the decoder) and [`Error::PeerFailed`] naming it on the others, never a
-/// hang or a wrong answer: shuffled (all-to-all) and replicated (all-gather) tables, 2 to 4
-/// ranks, the damaged rank first, inside or last.
+/// decoded rows differ; a column's words, so its ranges overrun the slice) are that rank's own
+/// error ([`Error::Corrupt`], or [`Error::LengthMismatch`] from the decoder) and
+/// [`Error::PeerFailed`] naming it on the others, never a hang or a wrong answer: shuffled
+/// (all-to-all) and replicated (all-gather) tables, 2 to 4 ranks, the damaged rank first,
+/// inside or last.
 #[test]
 fn a_compressed_slice_damaged_on_one_rank_is_an_error_everywhere() {
     damaged_slices_fail_everywhere(&|| CpuBackend::new());
