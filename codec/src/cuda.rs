@@ -161,6 +161,7 @@ struct BufferChunks {
 struct BufferChunksOnDevice {
     desc: DeviceBuffer<u64>,
     chunk_base: DeviceBuffer<u64>,
+    buffers: u32,
 }
 
 impl BufferChunks {
@@ -194,6 +195,7 @@ impl BufferChunks {
         Ok(BufferChunksOnDevice {
             desc: backend.upload(&self.desc.max_len1())?,
             chunk_base: backend.upload(&self.chunk_base)?,
+            buffers: self.buffers,
         })
     }
 }
@@ -240,8 +242,6 @@ impl Encoder {
         if self.chunks == 0 {
             return Ok(());
         }
-        let nbuf = u32::try_from(layout.chunk_base.len() - 1)
-            .map_err(|_| Error::InvalidArgument("too many buffers".into()))?;
         let inp = input.device_ptr(backend.stream()).0;
         let (dp, cb) = (layout.desc.device_ptr(), layout.chunk_base.device_ptr());
         let (layers, nl) = (scheme.word(), scheme.layers().len() as u32);
@@ -250,7 +250,7 @@ impl Encoder {
         b.arg(&inp)
             .arg(&dp)
             .arg(&cb)
-            .arg(&nbuf)
+            .arg(&layout.buffers)
             .arg(&self.chunks)
             .arg(&self.cv);
         b.arg(&layers)

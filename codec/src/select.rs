@@ -1,8 +1,8 @@
 //! Sampled scheme selection: encode evenly spaced windows of the column with every candidate
 //! scheme and keep the best ratio, preferring cheaper schemes among near-ties. Each backend
-//! encodes where the column lives (the CUDA backend gathers the windows on the device and runs
-//! its chunk encoder once a scheme; the CPU twin encodes on the host) and both decide in
-//! [`pick`] from the same word counts: the chunk formats are the same word for word.
+//! encodes where the column lives (the CUDA backend runs its chunk encoder once a scheme over
+//! the windows where they lie in the column; the CPU twin encodes on the host) and both decide
+//! in [`pick`] from the same word counts: the chunk formats are the same word for word.
 
 use std::fmt;
 use std::ops::Range;
