@@ -754,6 +754,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 4)
                                     cols, Members{members, member_words});
 }
 
+// The partition sizes and the window's flag, posted to the host between the scan and the
+// scatter (CudaBackend::posted_words): `words` gets the fanout totals, then the flag, then the
+// ticket. One thread: its words are all stored before its ticket.
+extern "C" __global__ void part_post_sizes(const uint64_t* totals, uint32_t fanout,
+                                           const uint32_t* outside, uint64_t* words,
+                                           uint64_t ticket) {
+  volatile uint64_t* out = words;
+  for (uint32_t d = 0; d < fanout; ++d) out[d] = totals[d];
+  out[fanout] = *outside;
+  joinkit::post_ticket(words + fanout + 1, ticket);
+}
+
 // Row ids from membership bitmaps (LowWordsPartition::member_row_ids): the bitmaps of up to 16
 // senders laid end to end, each sender's first word and the id of its row 0.
 constexpr int kMemberWordsPerThread = 8;

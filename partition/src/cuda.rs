@@ -555,6 +555,22 @@ struct LowWordsPass {
     members: u64,
     /// Words of each partition's bitmap.
     member_words: u64,
+    /// Where the sizes and the flag are posted before the scatter; none for no post.
+    post: Option<PostSizes>,
+}
+
+/// Where [`hash_partition_low_words`] posts the partition sizes and the window's flag as soon
+/// as its scan has counted them, before its scatter: words mapped into the device and the
+/// ticket of [`CudaBackend::posted_words`] (`fanout + 1` words and one ticket). Why: the caller
+/// (a distributed join agreeing on what each rank sends) learns the sizes while the scatter
+/// runs, instead of waiting for it.
+#[derive(Debug, Clone, Copy)]
+pub struct PostSizes {
+    /// The device address of the mapped words: the `fanout` sizes, the flag (non-zero where a
+    /// key lay outside the window), then the ticket.
+    pub words: u64,
+    /// The ticket written after them.
+    pub ticket: u64,
 }
 
 /// The histogram and scatter of a pass narrowing 8-byte keys (the small fan-out class only).
@@ -617,6 +633,24 @@ impl Pass<'_> {
             &self.totals,
             &chunks
         )?;
+        if let Some((post, low)) = self.low_words.and_then(|l| l.post.map(|p| (p, l))) {
+            // part_post_sizes(totals[fanout], fanout, outside[1], words, ticket): one thread.
+            let one = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            launch!(
+                backend,
+                "part_post_sizes",
+                one,
+                &self.totals,
+                &self.digit.fanout,
+                &low.outside,
+                &post.words,
+                &post.ticket
+            )?;
+        }
         // part_sweepRxI_K(keys[n], keys_out[n] or 0, n, fn, counts, totals, chunk_rows,
         // offsets[fanout + 1] or 0, cols): one launch per group, keys with the first.
         let mut at = 0;
@@ -1054,13 +1088,15 @@ pub enum RowNamesOut<'a> {
 /// `keys_out`, the rows' names as `names` asks and the `fanout + 1` offsets, and sets
 /// `outside[0]` to a non-zero value when a key lies outside `[window, window + 2^32)` (the
 /// caller clears it first). The low words are one-to-one on keys of one such window; the flag
-/// tells the caller whether its keys were. See [`crate::LowWordsPartition`].
+/// tells the caller whether its keys were. With `post`, also posts the partition sizes and
+/// the flag before the scatter ([`PostSizes`]); where there are no keys, nothing is posted.
+/// See [`crate::LowWordsPartition`].
 ///
 /// # Errors
 /// As [`crate::LowWordsPartition::hash_partition_low_words`], plus [`Error::LengthMismatch`] for
 /// outputs of another length than the keys (the bitmaps than theirs) or offsets of another
 /// length than `fanout + 1`.
-#[allow(clippy::too_many_arguments)] // keys in and out, names, offsets, the window and its flag
+#[allow(clippy::too_many_arguments)] // keys in and out, names, offsets, the window, its flag and post
 pub fn hash_partition_low_words<K: Key>(
     backend: &CudaBackend,
     keys_in: &CudaView<'_, K>,
@@ -1069,6 +1105,7 @@ pub fn hash_partition_low_words<K: Key>(
     offsets: &mut CudaViewMut<'_, u64>,
     (fanout, seed): (usize, u32),
     (window, outside): (u64, &mut CudaViewMut<'_, u32>),
+    post: Option<PostSizes>,
     scratch: &mut Scratch,
 ) -> Result<()> {
     let n = keys_in.len();
@@ -1130,6 +1167,7 @@ pub fn hash_partition_low_words<K: Key>(
             id_base,
             members,
             member_words: member_words as u64,
+            post,
         }),
     }
     .run(backend)

@@ -43,8 +43,11 @@ pub struct LowWords<B: Backend> {
     /// partition `p`'s first; bit `i % 32` of its word `i / 32` is set when input row `i` went
     /// to `p`. Bits past the last row are clear.
     pub members: Option<B::Buf<u32>>,
-    /// `fanout + 1` offsets: exclusive prefix sums of the partition sizes.
-    pub offsets: B::Buf<u64>,
+    /// `fanout + 1` offsets: exclusive prefix sums of the partition sizes, on the host. The
+    /// CUDA backend reads them (and the window's check) back as soon as its scan has counted
+    /// them and returns while its scatter still runs on the stream, so that a caller can agree
+    /// on sizes with other ranks meanwhile.
+    pub offsets: Vec<u64>,
     /// Whether every key lay in `[window, window + 2^32)`, so that the low words are
     /// one-to-one on the keys. When not, the output is still the partition of the low words,
     /// but two keys may share one.
@@ -310,8 +313,19 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
             RowNames::Ids { .. } => (Some(self.alloc::<u32>(n)?), None),
             RowNames::Members => (None, Some(self.alloc::<u32>(fanout * member_words(n))?)),
         };
-        let mut offsets = self.alloc::<u64>(fanout + 1)?;
-        let mut outside = self.upload(&[0u32])?;
+        if n == 0 {
+            // Nothing to count, so nothing is posted.
+            return Ok(LowWords {
+                keys: keys_out,
+                row_ids,
+                members,
+                offsets: vec![0; fanout + 1],
+                within_window: true,
+            });
+        }
+        let mut device_offsets = self.alloc::<u64>(fanout + 1)?;
+        let mut outside = self.alloc::<u32>(1)?;
+        self.fill(&mut outside, 0)?;
         let lost = || Error::Corrupt("a partition's names went missing".into());
         let out = match names {
             RowNames::None => RowNamesOut::None,
@@ -323,23 +337,42 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
                 RowNamesOut::Members(members.as_mut().ok_or_else(lost)?.view_mut())
             }
         };
-        crate::cuda::hash_partition_low_words(
-            self,
-            &keys.view(),
-            &mut keys_out.view_mut(),
-            out,
-            &mut offsets.view_mut(),
-            (fanout, seed),
-            (window, &mut outside.view_mut()),
-            &mut joinkit_cuda::Scratch::new(),
-        )?;
-        let within_window = self.download(&outside)?[0] == 0;
+        // The sizes and the flag come back as soon as the scan has counted them; the scatter
+        // goes on behind this call.
+        let posted = self.posted_words(fanout + 1, 1, |_, words, ticket| {
+            crate::cuda::hash_partition_low_words(
+                self,
+                &keys.view(),
+                &mut keys_out.view_mut(),
+                out,
+                &mut device_offsets.view_mut(),
+                (fanout, seed),
+                (window, &mut outside.view_mut()),
+                Some(crate::cuda::PostSizes { words, ticket }),
+                &mut joinkit_cuda::Scratch::new(),
+            )
+        })?;
+        let mut offsets = Vec::with_capacity(fanout + 1);
+        let mut at = 0u64;
+        offsets.push(at);
+        for &size in &posted[..fanout] {
+            at = at
+                .checked_add(size)
+                .filter(|&end| end <= n as u64)
+                .ok_or_else(|| Error::Corrupt("partition sizes past the rows".into()))?;
+            offsets.push(at);
+        }
+        if at != n as u64 {
+            return Err(Error::Corrupt(format!(
+                "partition sizes sum to {at} of {n} rows"
+            )));
+        }
         Ok(LowWords {
             keys: keys_out,
             row_ids,
             members,
             offsets,
-            within_window,
+            within_window: posted[fanout] == 0,
         })
     }
 

@@ -17,7 +17,6 @@ use crate::shuffle::{
     SHUFFLE_SEED, TwoLevel, counts_of, partition, row_bytes, settle, settle_gather, shuffle_side,
 };
 use crate::skew::{heavy_keys, split_heavy};
-use crate::stats::Span;
 use crate::wire::{
     Arrival, Level, Links, Pattern, Traffic, Wire, move_raw_tables, move_table, plan_wire,
 };
@@ -303,7 +302,10 @@ where
         }
         Ok(())
     })();
-    let words = local_check.map(|()| vec![mine, left.len() as u64, right.len() as u64]);
+    // The timeline starts here; a failure to mark the stream is agreed on with the inputs.
+    let clock = Clock::new(b);
+    let words = (local_check.and_then(|()| clock.as_ref().map(drop).map_err(Clone::clone)))
+        .map(|()| vec![mine, left.len() as u64, right.len() as u64]);
     let all = settle_gather(comm, "input check", 3, words)?;
     if all.iter().any(|w| w[0] != mine) {
         return Err(Error::RanksDisagree(format!(
@@ -311,7 +313,7 @@ where
             comm.rank()
         )));
     }
-    let mut clock = Clock::new();
+    let mut clock = clock?;
     let sizes = [1, 2].map(|i| all.iter().map(|w| w[i]).sum::<u64>());
     let (left, right) = match ids {
         Some(ids) if partitions_into_low_words::<K>(ranks, &sizes, opts, ids) => {
@@ -414,7 +416,7 @@ fn window_around((least, greatest): (u64, u64)) -> u64 {
 
 /// The output and statistics of a [`spread`] that the inputs of
 /// [`Inputs::Tables`] always join.
-fn joined<B: Backend, K: Key>(s: Spread<B, K>) -> Result<(Materialized<B>, DistributedStats)> {
+fn joined<B: SideStream, K: Key>(s: Spread<B, K>) -> Result<(Materialized<B>, DistributedStats)> {
     match s {
         Spread::Joined(out, stats) => Ok((out, *stats)),
         Spread::Declined(..) => Err(Error::Corrupt("tables declined a join".into())),
@@ -514,9 +516,9 @@ enum Inputs<B: Backend, K: Key> {
 
 /// A [`spread`]'s end: joined, or the 8-byte keys handed back untouched for the tables' path
 /// (a key outside the window the sample chose, or heavy keys), with the time spent so far.
-enum Spread<B: Backend, K: Key> {
+enum Spread<B: SideStream, K: Key> {
     Joined(Materialized<B>, Box<DistributedStats>),
-    Declined(Table<B, K>, Table<B, K>, Clock),
+    Declined(Table<B, K>, Table<B, K>, Clock<B>),
 }
 
 /// Both sides' 8-byte keys (tables without payloads) for the partition by rank that writes
@@ -576,18 +578,21 @@ impl<B: Backend> Members<B> {
 /// narrowed into.
 type Grouped<B, K> = Option<GroupedSide<B, K>>;
 
-/// What groups a side's rows by rank for [`beside`].
-type ByRank<'a, B, K> = dyn FnMut(&mut Clock, Side) -> Result<Grouped<B, K>> + 'a;
+/// What groups a side's rows by rank for [`beside`], on the compute stream: the stream it
+/// gets (the one that moves the side) waits for that work before the ranks agree on it.
+type ByRank<'a, B, K> = dyn FnMut(&mut Clock<B>, Side, &B) -> Result<Grouped<B, K>> + 'a;
 
 impl<B: DistributedBackend, K: Key> LowWordSides<B, K> {
     /// One side grouped by rank, its keys narrowed and its rows named by ids or membership
     /// bitmaps in one pass (a right side without ids: not named); every rank learns whether
-    /// every rank's keys lay in the window. The 8-byte keys go once both sides' did.
+    /// every rank's keys lay in the window. The 8-byte keys go once both sides' did. The
+    /// sizes come back before the partition's scatter ends: `mover`, the stream that moves the
+    /// side, waits for it.
     fn partition<C: Communicator<Backend = B>>(
         &mut self,
         comm: &C,
-        b: &B,
-        clock: &mut Clock,
+        (b, mover): (&B, &B),
+        clock: &mut Clock<B>,
         side: Side,
     ) -> Result<Grouped<B, u32>> {
         let (table, named) = match side {
@@ -614,7 +619,8 @@ impl<B: DistributedBackend, K: Key> LowWordSides<B, K> {
             let mut kept = None;
             let inside = (|| {
                 let p = b.hash_partition_low_words(&table.keys, by, self.window, names)?;
-                let counts = counts_of(&b.download(&p.offsets)?)?;
+                mover.wait_for(&b.mark()?)?;
+                let counts = counts_of(&p.offsets)?;
                 let inside = u64::from(p.within_window);
                 let members = p.members.map(|bitmaps| Members {
                     bitmaps,
@@ -814,7 +820,7 @@ fn beside<C, K>(
     comm: &C,
     b: &C::Backend,
     two: Option<&TwoLevel>,
-    clock: &mut Clock,
+    clock: &mut Clock<C::Backend>,
     opts: &DistributedOptions,
     (traffic, links, per_node): (&mut Traffic, &mut Links, usize),
     partitionable: bool,
@@ -836,34 +842,29 @@ where
         None => Level::AllToAll,
     };
     // Compression decisions (sampling, a link measured) are part of the plan.
-    let mut wire = |clock: &mut Clock, t: &Table<C::Backend, K>, side| {
+    let mut wire = |clock: &mut Clock<C::Backend>, t: &Table<C::Backend, K>, side| {
         clock.phase(b, "plan", || {
             plan_wire(comm, b, t, side, level, opts.compress, per_node, links)
         })
     };
-    // Each shuffle's start (host time) and marks on the communication stream around it;
-    // a mark's failure is said at the local join's agreement.
+    // Each shuffle's marks on the communication stream around it; a mark's failure is said
+    // at the local join's agreement.
     let mut shuffled = Vec::new();
-    let mut shuffle = |clock: &mut Clock,
-                       flight: &mut InFlight<'_, C::Backend, K>,
-                       g: GroupedSide<C::Backend, K>,
-                       w,
-                       what| {
-        let start_ms = clock.now();
-        let from = cb.mark();
-        let got = move_grouped(comm, &cb, two, flight, g, w, traffic, what)?;
-        shuffled.push((start_ms, from, cb.mark()));
-        Ok::<_, Error>(got)
-    };
-    let Some(right) = by_rank(clock, Side::Right)? else {
+    let mut shuffle =
+        |flight: &mut InFlight<'_, C::Backend, K>, g: GroupedSide<C::Backend, K>, w, what| {
+            let from = cb.mark();
+            let got = move_grouped(comm, &cb, two, flight, g, w, traffic, what)?;
+            shuffled.push((from, cb.mark()));
+            Ok::<_, Error>(got)
+        };
+    let Some(right) = by_rank(clock, Side::Right, &cb)? else {
         return Ok(None);
     };
     let mut bytes_sent = grouped_bytes_away(comm, &right);
     let w = wire(clock, &right.table, "right")?;
-    let (right_in, right_names) =
-        shuffle(clock, &mut flight, right, &w, "shuffling the right side")?;
+    let (right_in, right_names) = shuffle(&mut flight, right, &w, "shuffling the right side")?;
     flight.tables.push(right_in);
-    let Some(left) = by_rank(clock, Side::Left)? else {
+    let Some(left) = by_rank(clock, Side::Left, &cb)? else {
         // The right side's transfers may still read and write this rank's buffers, some on
         // other ranks' streams: every rank waits for its own, then for the others, before the
         // buffers are freed.
@@ -873,10 +874,10 @@ where
     };
     bytes_sent += grouped_bytes_away(comm, &left);
     let w = wire(clock, &left.table, "left")?;
-    let (left_in, left_names) = shuffle(clock, &mut flight, left, &w, "shuffling the left side")?;
+    let (left_in, left_names) = shuffle(&mut flight, left, &w, "shuffling the left side")?;
     flight.tables.push(left_in);
     let moved: Result<Vec<_>> = (shuffled.into_iter())
-        .map(|(start_ms, from, to)| Ok((start_ms, from?, to?)))
+        .map(|(from, to)| Ok((from?, to?)))
         .collect();
     let InFlight {
         tables, bitmaps, ..
@@ -884,10 +885,10 @@ where
     let [_, right_in, _, left_in] = &mut tables[..] else {
         return Err(Error::Corrupt("two sides sent, two received".into()));
     };
-    let (out, local, shuffle_ms) = clock.phase(b, "local join", || {
+    let (out, local) = clock.phase(b, "local join", || {
         let joined = (|| {
             let moved = moved.as_ref().map_err(Clone::clone)?;
-            let [(_, _, right_moved), (_, _, left_moved)] = &moved[..] else {
+            let [(_, right_moved), (_, left_moved)] = &moved[..] else {
                 return Err(Error::Corrupt("two shuffles, two marks".into()));
             };
             b.wait_for(right_moved)?;
@@ -907,24 +908,16 @@ where
                 name_rows(b, left_in, bitmaps, left_names.as_ref())?;
                 join_columns(b, left_in, right_in, &opts.join)?
             };
-            let shuffle_ms = (moved.iter())
-                .map(|(start_ms, from, to)| {
-                    Ok((*start_ms, <C::Backend as SideStream>::ms_between(from, to)?))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok((out, stats, shuffle_ms))
+            // The buffers in flight (some the communication stream's) are freed on return:
+            // the local join that reads them ends first.
+            b.synchronize()?;
+            Ok((out, stats))
         })();
         settle(comm, "local join", joined)
     })?;
-    for (start_ms, ms) in shuffle_ms {
-        add_phase(&mut clock.phases, "shuffle", ms);
-        clock.spans.push(Span {
-            lane: "communication",
-            what: "shuffle",
-            chunk: None,
-            start_ms,
-            end_ms: start_ms + ms,
-        });
+    // Agreed on above: every mark was made.
+    for (from, to) in moved? {
+        clock.queued("shuffle", from, to);
     }
     Ok(Some(Beside {
         out,
@@ -940,7 +933,7 @@ fn spread<C, K>(
     b: &C::Backend,
     inputs: Inputs<C::Backend, K>,
     opts: &DistributedOptions,
-    mut clock: Clock,
+    mut clock: Clock<C::Backend>,
     sizes: &[u64],
 ) -> Result<Spread<C::Backend, K>>
 where
@@ -1006,7 +999,7 @@ where
                 opts,
                 (&mut traffic, &mut links, per_node),
                 partitionable,
-                &mut |clock, side| sides.partition(comm, b, clock, side),
+                &mut |clock, side, mover| sides.partition(comm, (b, mover), clock, side),
             )?;
             let Some(done) = done else {
                 return Ok(Spread::Declined(
@@ -1023,7 +1016,7 @@ where
         }
     };
     let row_bytes = (row_bytes(&left), row_bytes(&right));
-    let mut wire = |clock: &mut Clock, t: &Table<C::Backend, K>, side, level| {
+    let mut wire = |clock: &mut Clock<C::Backend>, t: &Table<C::Backend, K>, side, level| {
         clock.phase(b, "plan", || {
             plan_wire(comm, b, t, side, level, opts.compress, per_node, &mut links)
         })
@@ -1031,9 +1024,16 @@ where
     let mut bytes_sent = 0u64;
     let away = |counts: &[usize], width: usize| bytes_away(comm.rank(), counts, width);
     // One side's rows grouped by the rank they go to, with the rows for each.
-    let by_rank = |clock: &mut Clock, t, what| {
+    // With `mover`, the stream that moves the rows waits for them.
+    let by_rank = |clock: &mut Clock<C::Backend>, t, what, mover: Option<&C::Backend>| {
         clock.phase(b, "partition", || {
-            settle(comm, what, partition(b, t, ranks))
+            let grouped = partition(b, t, ranks).and_then(|grouped| {
+                if let Some(m) = mover {
+                    m.wait_for(&b.mark()?)?;
+                }
+                Ok(grouped)
+            });
+            settle(comm, what, grouped)
         })
     };
     let moved = if ranks == 1 {
@@ -1061,13 +1061,13 @@ where
         && PartitionedProbe::<C::Backend, K>::supports(&opts.join, &left.payloads, &right.payloads)
     {
         let mut sides = (Some(left), Some(right));
-        let mut by_side = |clock: &mut Clock, side| {
+        let mut by_side = |clock: &mut Clock<C::Backend>, side, mover: &C::Backend| {
             let table = match side {
                 Side::Right => sides.1.take(),
                 Side::Left => sides.0.take(),
             };
             let table = table.ok_or_else(|| Error::Corrupt("a side partitioned twice".into()))?;
-            let (table, counts) = by_rank(clock, table, side.partitioning())?;
+            let (table, counts) = by_rank(clock, table, side.partitioning(), Some(mover))?;
             Ok(Some(GroupedSide {
                 table,
                 counts,
@@ -1100,8 +1100,9 @@ where
             })();
             settle(comm, "splitting heavy keys", split)
         })?;
-        let (left, left_counts) = by_rank(&mut clock, left, "partitioning the left side")?;
-        let (right, right_counts) = by_rank(&mut clock, right, "partitioning the right side")?;
+        let (left, left_counts) = by_rank(&mut clock, left, "partitioning the left side", None)?;
+        let (right, right_counts) =
+            by_rank(&mut clock, right, "partitioning the right side", None)?;
         bytes_sent += away(&left_counts, row_bytes.0) + away(&right_counts, row_bytes.1);
         let level = match two_level {
             Some(_) => Level::AcrossNodes,
@@ -1208,7 +1209,7 @@ fn finish<C, K>(
     b: &C::Backend,
     opts: &DistributedOptions,
     (placement, shuffle, heavy_keys): (Placement, Shuffle, usize),
-    mut clock: Clock,
+    mut clock: Clock<C::Backend>,
     moved: Moved<C::Backend, K>,
     (traffic, links, bytes_sent, input_rows, sizes): Moves<'_>,
     narrowed_by_partition: bool,
@@ -1253,6 +1254,7 @@ where
     } else {
         out
     };
+    let (phases, timeline) = clock.finish()?;
     let stats = DistributedStats {
         rank: comm.rank(),
         ranks,
@@ -1265,8 +1267,8 @@ where
         heavy_keys,
         narrowed_keys: narrowed_by_partition,
         narrowed_by_partition,
-        phases: clock.phases,
-        timeline: clock.spans,
+        phases,
+        timeline,
         pipeline,
         bytes_sent,
         bytes_on_wire: traffic.columns.iter().map(|c| c.sent_bytes).sum(),

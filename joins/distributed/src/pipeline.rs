@@ -62,8 +62,8 @@ pub trait SideStream: Backend {
     /// Driver errors.
     fn wait_for(&self, mark: &Self::Mark) -> Result<()>;
 
-    /// Milliseconds from mark `from` to mark `to` of this backend, once `to` is reached (the
-    /// caller waits for it).
+    /// Milliseconds from mark `from` to mark `to` (marks of any backends of the same device),
+    /// once `to` is reached (the caller waits for it).
     ///
     /// # Errors
     /// Driver errors.
@@ -135,20 +135,45 @@ impl SideStream for joinkit_cuda::CudaBackend {
 /// recursion stays well inside).
 const PROBE_STACK_BYTES: usize = 16 << 20;
 
-/// A join's phases (the backend's timing) and its timeline (the wall clock since it began).
-pub(crate) struct Clock {
+/// A join's phases (the backend's timing) and its timeline (milliseconds since it began).
+///
+/// Work queued on a stream is timed between two marks and read once the join is done
+/// ([`Clock::finish`]): timing a phase never waits for its work, so the next phase's kernels
+/// are queued while the host agrees with the other ranks on the last one's sizes. Its span on
+/// the timeline runs between its marks, counted from a mark queued when the join began.
+pub(crate) struct Clock<B: SideStream> {
     start: Instant,
-    pub(crate) phases: Vec<(&'static str, f64)>,
+    pub(crate) phases: Phases,
     pub(crate) spans: Vec<Span>,
+    /// Where the timeline's spans of queued work count from.
+    origin: B::Mark,
+    /// Work queued and not read yet, in queue order.
+    queued: Vec<Queued<B::Mark>>,
 }
 
-impl Clock {
-    pub(crate) fn new() -> Self {
-        Self {
+/// Phases by name with their milliseconds, in the order they first ran.
+pub(crate) type Phases = Vec<(&'static str, f64)>;
+
+/// Work queued on a stream of the join's device: its phase and the marks around it.
+struct Queued<M> {
+    what: &'static str,
+    from: M,
+    to: M,
+}
+
+impl<B: SideStream> Clock<B> {
+    /// A clock whose timeline starts now, on `b`'s stream.
+    ///
+    /// # Errors
+    /// Driver errors marking the stream.
+    pub(crate) fn new(b: &B) -> Result<Self> {
+        Ok(Self {
             start: Instant::now(),
             phases: Vec::new(),
             spans: Vec::new(),
-        }
+            origin: b.mark()?,
+            queued: Vec::new(),
+        })
     }
 
     /// Milliseconds since the join began.
@@ -156,29 +181,49 @@ impl Clock {
         ms_since(self.start)
     }
 
-    /// Times `work` as phase `name`, on the communication lane for the shuffle and the
-    /// gather, else on the compute lane.
-    pub(crate) fn phase<B: Backend, R>(
+    /// Times the work `work` queues on `b`'s stream as phase `name` (on the communication lane
+    /// for the shuffle and the gather, else on the compute lane), without waiting for it.
+    pub(crate) fn phase<R>(
         &mut self,
         b: &B,
         name: &'static str,
         work: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
-        let start_ms = self.now();
-        let (r, ms) = b.timed(work)?;
-        add_phase(&mut self.phases, name, ms);
-        let lane = match name {
-            "shuffle" | "gather" => "communication",
-            _ => "compute",
-        };
-        self.spans.push(Span {
-            lane,
-            what: name,
-            chunk: None,
-            start_ms,
-            end_ms: self.now(),
-        });
+        let from = b.mark()?;
+        let r = work()?;
+        let to = b.mark()?;
+        self.queued(name, from, to);
         Ok(r)
+    }
+
+    /// Adds the work between marks `from` and `to` (of any stream of the device) as phase
+    /// `name`, timed at the end.
+    pub(crate) fn queued(&mut self, what: &'static str, from: B::Mark, to: B::Mark) {
+        // The phase keeps its place among the phases now; its time comes at the end.
+        add_phase(&mut self.phases, what, 0.0);
+        self.queued.push(Queued { what, from, to });
+    }
+
+    /// The phases' times and the timeline, once the queued work is done (this waits for it).
+    pub(crate) fn finish(mut self) -> Result<(Phases, Vec<Span>)> {
+        for q in std::mem::take(&mut self.queued) {
+            let ms = B::ms_between(&q.from, &q.to)?;
+            add_phase(&mut self.phases, q.what, ms);
+            let start_ms = B::ms_between(&self.origin, &q.from)?.max(0.0);
+            let lane = match q.what {
+                "shuffle" | "gather" => "communication",
+                _ => "compute",
+            };
+            self.spans.push(Span {
+                lane,
+                what: q.what,
+                chunk: None,
+                start_ms,
+                end_ms: start_ms + ms,
+            });
+        }
+        self.spans.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+        Ok((self.phases, self.spans))
     }
 }
 
@@ -325,7 +370,7 @@ pub(crate) fn run<C, K>(
     b: &C::Backend,
     p: Pipeline<'_, C::Backend, K>,
     opts: &JoinOptions,
-    clock: &mut Clock,
+    clock: &mut Clock<C::Backend>,
     exchange: &mut Exchange<'_, C::Backend, K>,
 ) -> Result<Piped<C::Backend>>
 where

@@ -18,7 +18,7 @@ pub struct DistributedStats {
     /// Keys found heavy and handled by replication (0 without skew handling).
     pub heavy_keys: usize,
     /// This rank's phases in order with their times in milliseconds (the backend's timing:
-    /// CUDA events or the wall clock): `narrow` (8-byte keys to their low 32 bits where every
+    /// CUDA events around the work queued on the stream, or the wall clock): `narrow` (8-byte keys to their low 32 bits where every
     /// rank's keys allow it), `plan` (size exchange, heavy-key sample, compression decisions),
     /// `partition` (hash partition by destination, heavy rows split off), `shuffle` (counts,
     /// then rows; for a replicated side, the all-gather), `local join`, or for a pipelined
@@ -72,7 +72,9 @@ pub struct DistributedStats {
 }
 
 /// One stretch of work on one lane of a rank, in milliseconds since the join started (the
-/// wall clock; GPU work is waited for before a span ends).
+/// wall clock). A phase is timed on its stream without waiting for it: its span starts where
+/// the host began queueing it or where the phase queued before it on that stream ended,
+/// whichever is later, and lasts as long as its work took on the stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Span {
     /// `"communication"` (the thread and stream that move rows) or `"compute"` (the ones that

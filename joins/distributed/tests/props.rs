@@ -15,8 +15,8 @@ use joinkit_comm::{CommConfig, Communicator, LocalWorld};
 use joinkit_cuda::hash::hash64;
 use joinkit_cuda::{Backend, CpuBackend, Element, Error, Key};
 use joinkit_distributed::{
-    Compression, DistributedBackend, DistributedOptions, Placement, Shuffle, Skew,
-    distributed_join_columns, distributed_join_rows, global_row,
+    Compression, DistributedBackend, DistributedOptions, DistributedStats, Placement, Shuffle,
+    Skew, Span, distributed_join_columns, distributed_join_rows, global_row,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -272,7 +272,7 @@ fn rank_output<C, K>(
     b: &C::Backend,
     left_rows: &[(usize, K)],
     right_rows: &[(usize, K)],
-) -> joinkit_cuda::Result<(Vec<Vec<u64>>, joinkit_distributed::DistributedStats)>
+) -> joinkit_cuda::Result<(Vec<Vec<u64>>, DistributedStats)>
 where
     C: Communicator,
     C::Backend: DistributedBackend,
@@ -337,7 +337,7 @@ where
 fn run_case<B, K>(
     c: &Case<K>,
     open: &(dyn Fn() -> B + Sync),
-) -> (Vec<Vec<u64>>, Vec<joinkit_distributed::DistributedStats>)
+) -> (Vec<Vec<u64>>, Vec<DistributedStats>)
 where
     B: DistributedBackend,
     K: Key,
@@ -365,7 +365,7 @@ where
 fn check_case<B: DistributedBackend, K: Key>(
     c: &Case<K>,
     open: &(dyn Fn() -> B + Sync),
-) -> Vec<joinkit_distributed::DistributedStats> {
+) -> Vec<DistributedStats> {
     let (_, left_ids) = rank_rows(&c.left, &c.left_ranks, c.ranks);
     let (_, right_ids) = rank_rows(&c.right, &c.right_ranks, c.ranks);
     let (got, stats) = run_case(c, open);
@@ -376,8 +376,45 @@ fn check_case<B: DistributedBackend, K: Key>(
         assert_eq!(s.global_output_rows, global, "global output rows, {c:?}");
         assert_eq!(s.global_input_rows, (c.left.len() + c.right.len()) as u64);
         assert_eq!(s.ranks, c.ranks);
+        check_timeline(s);
     }
     stats
+}
+
+/// A join's timeline against its phases (phases are timed on their streams without waiting
+/// for them and read at the end): no span ends before it starts; outside a pipeline, each
+/// phase's spans add up to its time, and the compute lane's spans (one stream's work, in
+/// queue order) do not overlap.
+fn check_timeline(s: &DistributedStats) {
+    // CUDA events resolve about half a microsecond.
+    const SLACK_MS: f64 = 0.01;
+    for t in &s.timeline {
+        assert!(t.start_ms >= 0.0 && t.end_ms >= t.start_ms, "{t:?}");
+    }
+    if s.pipeline.is_some() {
+        return;
+    }
+    for &(name, ms) in &s.phases {
+        let spans: f64 = (s.timeline.iter().filter(|t| t.what == name))
+            .map(Span::ms)
+            .sum();
+        assert!(
+            (spans - ms).abs() <= SLACK_MS,
+            "{name}: spans of {spans} ms, the phase {ms} ms"
+        );
+    }
+    let mut compute: Vec<&Span> = (s.timeline.iter())
+        .filter(|t| t.lane == "compute")
+        .collect();
+    compute.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+    for pair in compute.windows(2) {
+        assert!(
+            pair[1].start_ms >= pair[0].end_ms - SLACK_MS,
+            "{:?} overlaps {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
 }
 
 /// Cases of the rows path whose partition by rank narrows the 8-byte keys and names the rows
