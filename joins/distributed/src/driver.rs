@@ -69,7 +69,9 @@ impl<B: JoinBackend + HashPartition + LowWordsPartition + Codec + SideStream> Di
 /// Joins `left` and `right` spread over the ranks of `comm` and returns this rank's part of
 /// the output as global row ids ([`crate::global_row`]: the rank that held the row, and its
 /// row there), with statistics. Every rank calls it with its own rows and the same options;
-/// the inputs are consumed (the shuffle frees them as soon as they are partitioned). The row
+/// the inputs are consumed (the shuffle frees them as soon as they are partitioned, while
+/// `backend`'s stream may still read them: give buffers made on that stream, whose frees are
+/// ordered after its work). The row
 /// ids travel 4 bytes wide through the shuffle and the local join where every rank's rows and
 /// the ranks fit 32 bits (`rank << row_bits | row`), and the local join writes them widened
 /// ([`JoinOptions::unpack_ids`], which this function sets itself: a caller's value is not
