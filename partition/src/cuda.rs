@@ -568,9 +568,21 @@ struct LowWordsPass {
 pub struct PostSizes {
     /// The device address of the mapped words: the `fanout` sizes, the flag (non-zero where a
     /// key lay outside the window), then the ticket.
-    pub words: u64,
+    words: u64,
     /// The ticket written after them.
-    pub ticket: u64,
+    ticket: u64,
+}
+
+impl PostSizes {
+    /// Posts to `words` with `ticket`, as `posted_words`' `queue` gets them.
+    ///
+    /// # Safety
+    /// `words` must address at least `fanout + 2` writable 8-byte words of host memory mapped
+    /// into the device (the `fanout` of the partition that posts), valid until the post is
+    /// read: the words of [`CudaBackend::posted_words`].
+    pub unsafe fn new(words: u64, ticket: u64) -> Self {
+        Self { words, ticket }
+    }
 }
 
 /// The histogram and scatter of a pass narrowing 8-byte keys (the small fan-out class only).

@@ -96,7 +96,8 @@ pub trait LowWordsPartition: Backend {
     /// [`Error::InvalidArgument`] for keys other than 8 bytes wide or a fan-out above
     /// [`MAX_LOW_WORDS_FANOUT`]; [`Error::EmptyInput`] for a fan-out of 0;
     /// [`Error::SizeOverflow`] when `from + keys.len()` passes 2^32 ([`RowNames::Ids`]);
-    /// allocation and driver errors.
+    /// [`Error::Corrupt`] when the CUDA backend reads back sizes that do not add up to the
+    /// rows; allocation and driver errors.
     fn hash_partition_low_words<K: Key>(
         &self,
         keys: &Self::Buf<K>,
@@ -340,6 +341,9 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
         // The sizes and the flag come back as soon as the scan has counted them; the scatter
         // goes on behind this call.
         let posted = self.posted_words(fanout + 1, 1, |_, words, ticket| {
+            // SAFETY: posted_words gives room for the fanout + 1 words asked for and the
+            // ticket, held until it has read them.
+            let post = unsafe { crate::cuda::PostSizes::new(words, ticket) };
             crate::cuda::hash_partition_low_words(
                 self,
                 &keys.view(),
@@ -348,7 +352,7 @@ impl LowWordsPartition for joinkit_cuda::CudaBackend {
                 &mut device_offsets.view_mut(),
                 (fanout, seed),
                 (window, &mut outside.view_mut()),
-                Some(crate::cuda::PostSizes { words, ticket }),
+                Some(post),
                 &mut joinkit_cuda::Scratch::new(),
             )
         })?;

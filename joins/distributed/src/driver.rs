@@ -223,7 +223,8 @@ impl RowIdsToMake {
 
 /// Joins two tables spread over the ranks of `comm` and returns this rank's part of the
 /// output columns (as [`joinkit::join_columns`] returns them), with statistics. Every rank
-/// calls it with its own rows and the same options; the tables are consumed.
+/// calls it with its own rows and the same options; the tables are consumed (freed as the
+/// join goes, while `backend`'s stream may still read them: give buffers made on that stream).
 ///
 /// # Errors
 /// As [`distributed_join_rows`]; [`Error::RanksDisagree`] also when the ranks' payload column
@@ -910,8 +911,8 @@ where
                 name_rows(b, left_in, bitmaps, left_names.as_ref())?;
                 join_columns(b, left_in, right_in, &opts.join)?
             };
-            // The buffers in flight (some the communication stream's) are freed on return:
-            // the local join that reads them ends first.
+            // The local join's work ends inside this agreement, so that a device error it
+            // meets late is every rank's error, not one rank's at the end.
             b.synchronize()?;
             Ok((out, stats))
         })();
@@ -1256,7 +1257,8 @@ where
     } else {
         out
     };
-    let (phases, timeline) = clock.finish()?;
+    // Reading the marks can meet a device error too: every rank learns of it.
+    let (phases, timeline) = settle(comm, "timing the phases", clock.finish())?;
     let stats = DistributedStats {
         rank: comm.rank(),
         ranks,

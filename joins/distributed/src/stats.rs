@@ -18,8 +18,8 @@ pub struct DistributedStats {
     /// Keys found heavy and handled by replication (0 without skew handling).
     pub heavy_keys: usize,
     /// This rank's phases in order with their times in milliseconds (the backend's timing:
-    /// CUDA events around the work queued on the stream, or the wall clock): `narrow` (8-byte keys to their low 32 bits where every
-    /// rank's keys allow it), `plan` (size exchange, heavy-key sample, compression decisions),
+    /// CUDA events around the work queued on the stream, or the wall clock): `narrow` (8-byte
+    /// keys to their low 32 bits where every rank's keys allow it), `plan` (size exchange, heavy-key sample, compression decisions),
     /// `partition` (hash partition by destination, heavy rows split off), `shuffle` (counts,
     /// then rows; for a replicated side, the all-gather), `local join`, or for a pipelined
     /// probe side `pipelined probe` (its wall time, chunk shuffles and probes overlapped),
@@ -71,10 +71,12 @@ pub struct DistributedStats {
     pub timeline: Vec<Span>,
 }
 
-/// One stretch of work on one lane of a rank, in milliseconds since the join started (the
-/// wall clock). A phase is timed on its stream without waiting for it: its span starts where
-/// the host began queueing it or where the phase queued before it on that stream ended,
-/// whichever is later, and lasts as long as its work took on the stream.
+/// One stretch of work on one lane of a rank, in milliseconds since the join started. A phase
+/// and a shuffle beside the computing are timed on their streams without waiting for them:
+/// their spans are device time from a mark queued as the join begins, which the device
+/// reaches once the work queued before the join is done. A pipeline's chunks are host time
+/// from the join's start (the pipeline begins by waiting for the compute stream, so the two
+/// agree where nothing was queued before the join).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Span {
     /// `"communication"` (the thread and stream that move rows) or `"compute"` (the ones that
