@@ -149,6 +149,10 @@ pub(crate) struct Clock<B: SideStream> {
     origin: B::Mark,
     /// Work queued and not read yet, in queue order.
     queued: Vec<Queued<B::Mark>>,
+    /// The first failure to mark the stream around a phase. It is said by [`Clock::finish`],
+    /// which the ranks agree on, so that a rank whose stream fails leaves with the others at
+    /// the same step instead of alone (where the others would see only a timeout).
+    failed: Option<Error>,
 }
 
 /// Phases by name with their milliseconds, in the order they first ran.
@@ -173,6 +177,7 @@ impl<B: SideStream> Clock<B> {
             spans: Vec::new(),
             origin: b.mark()?,
             queued: Vec::new(),
+            failed: None,
         })
     }
 
@@ -183,17 +188,30 @@ impl<B: SideStream> Clock<B> {
 
     /// Times the work `work` queues on `b`'s stream as phase `name` (on the communication lane
     /// for the shuffle and the gather, else on the compute lane), without waiting for it.
+    ///
+    /// # Errors
+    /// `work`'s. A failure to mark the stream is kept for [`Clock::finish`].
     pub(crate) fn phase<R>(
         &mut self,
         b: &B,
         name: &'static str,
         work: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
-        let from = b.mark()?;
+        let from = self.kept(b.mark());
         let r = work()?;
-        let to = b.mark()?;
-        self.queued(name, from, to);
+        let to = self.kept(b.mark());
+        if let (Some(from), Some(to)) = (from, to) {
+            self.queued(name, from, to);
+        }
         Ok(r)
+    }
+
+    /// `mark`'s value, or `None` with its error kept for [`Clock::finish`].
+    fn kept(&mut self, mark: Result<B::Mark>) -> Option<B::Mark> {
+        mark.map_err(|e| {
+            self.failed.get_or_insert(e);
+        })
+        .ok()
     }
 
     /// Adds the work between marks `from` and `to` (of any stream of the device) as phase
@@ -205,7 +223,13 @@ impl<B: SideStream> Clock<B> {
     }
 
     /// The phases' times and the timeline, once the queued work is done (this waits for it).
+    ///
+    /// # Errors
+    /// The first failure to mark the stream around a phase; driver errors reading the marks.
     pub(crate) fn finish(mut self) -> Result<(Phases, Vec<Span>)> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         for q in std::mem::take(&mut self.queued) {
             let ms = B::ms_between(&q.from, &q.to)?;
             add_phase(&mut self.phases, q.what, ms);
@@ -657,4 +681,35 @@ fn concat_columns<B: Backend>(b: &B, cols: &[&Column<B>], rows: &[usize]) -> Res
         Some(Column::I64(_)) => of!(I64),
         None => return Err(Error::Corrupt("no column to concatenate".into())),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use joinkit_cuda::{CpuBackend, Error};
+
+    use super::Clock;
+
+    /// A failed mark does not fail its phase, which the other ranks would pass to meet this one
+    /// at their next step; the first such failure is said when the phases are read.
+    #[test]
+    fn a_failed_mark_is_said_when_the_phases_are_read() {
+        let b = CpuBackend::new();
+        let mut clock = Clock::new(&b).unwrap();
+        assert_eq!(clock.phase(&b, "partition", || Ok(7)).unwrap(), 7);
+        assert!(clock.kept(Err(Error::Corrupt("first".into()))).is_none());
+        assert!(clock.kept(Err(Error::Corrupt("second".into()))).is_none());
+        assert_eq!(clock.phase(&b, "local join", || Ok(8)).unwrap(), 8);
+        match clock.finish() {
+            Err(Error::Corrupt(why)) => assert_eq!(why, "first"),
+            other => panic!("expected the first failure, got {other:?}"),
+        }
+
+        let mut clock = Clock::new(&b).unwrap();
+        clock.phase(&b, "partition", || Ok(())).unwrap();
+        clock.phase(&b, "local join", || Ok(())).unwrap();
+        let (phases, spans) = clock.finish().unwrap();
+        let names: Vec<_> = phases.iter().map(|p| p.0).collect();
+        assert_eq!(names, ["partition", "local join"]);
+        assert_eq!(spans.len(), 2);
+    }
 }
