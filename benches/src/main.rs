@@ -20,6 +20,7 @@ mod report;
 mod sequence;
 mod smoke;
 mod sort;
+mod steal;
 mod stream;
 mod sweep;
 mod tpch_q4;

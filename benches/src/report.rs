@@ -12,6 +12,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::error::{BenchError, Result};
 use crate::measure::parse_size;
 use crate::plot::{self, PlotSpec};
+use crate::steal::HostTicks;
+
+/// The share of the host's CPU time stolen during a run from which a note calls its timings
+/// noisy. Chosen, not calibrated: on the H200 host, CPU joins in processes the hypervisor took
+/// time from ran up to 1.35× slower (docs/results/joins.md).
+const NOISY_STEAL_PERCENT: f64 = 1.0;
 
 /// The git revision the binary was built from (`unknown` outside a git checkout).
 pub(crate) const REVISION: &str = env!("JOINKIT_BENCH_REVISION");
@@ -187,6 +193,8 @@ pub(crate) struct Report {
     command: String,
     rows: Vec<(Row, String)>,
     point: Vec<(String, Value)>,
+    /// The current point's label, where its rows start, and the host's CPU time then.
+    point_start: (String, usize, Option<HostTicks>),
     device: String,
     notes: HashSet<String>,
     bar: ProgressBar,
@@ -214,6 +222,7 @@ impl Report {
             command,
             rows: Vec::new(),
             point: Vec::new(),
+            point_start: (String::new(), 0, None),
             device: String::new(),
             notes: HashSet::new(),
             bar,
@@ -227,6 +236,7 @@ impl Report {
     pub(crate) fn start_point(&mut self, label: &str, point: Vec<(String, Value)>) {
         self.bar.set_message(label.to_string());
         self.point = point;
+        self.point_start = (label.to_string(), self.rows.len(), HostTicks::now());
         self.show_bar_when_slow();
     }
 
@@ -249,9 +259,31 @@ impl Report {
         !self.rows.is_empty()
     }
 
-    /// Ends the current run.
+    /// Ends the current run. Its rows get the share of the host's CPU time stolen by the
+    /// hypervisor while it ran (JSON field `host steal %`, where the system counts it), and a
+    /// note says so from [`NOISY_STEAL_PERCENT`].
     pub(crate) fn end_point(&mut self) {
         self.bar.inc(1);
+        let (ref label, first, Some(start)) = self.point_start else {
+            return;
+        };
+        let Some(percent) = HostTicks::now().and_then(|end| start.steal_percent_until(&end)) else {
+            return;
+        };
+        for (row, _) in &mut self.rows[first..] {
+            row.push("host steal %", Value::from(percent), false);
+        }
+        if percent >= NOISY_STEAL_PERCENT {
+            let during = match label.as_str() {
+                "" => "this run".to_string(),
+                l => l.to_string(),
+            };
+            self.note(format!(
+                "host steal {percent:.1} % of the CPUs' time during {during}: the hypervisor \
+                 ran other guests, so its timings are noisy (a parallel join waits for its \
+                 slowest thread)"
+            ));
+        }
     }
 
     /// Prints a line of context (the device, a reference bandwidth) once per distinct text.
