@@ -14,10 +14,20 @@ use crate::measure::parse_size;
 use crate::plot::{self, PlotSpec};
 use crate::steal::HostTicks;
 
-/// The share of the host's CPU time stolen during a run from which a note calls its timings
-/// noisy. Chosen, not calibrated: on the H200 host, CPU joins in processes the hypervisor took
-/// time from ran up to 1.35× slower (docs/results/joins.md).
+/// The share of the host's busy CPU time stolen during a run from which a note calls its
+/// timings noisy. Chosen, not calibrated: on the H200 host, CPU joins in processes the
+/// hypervisor took time from ran up to 1.35× slower (docs/results/joins.md).
 const NOISY_STEAL_PERCENT: f64 = 1.0;
+/// Fewer stolen ticks (10 ms of one CPU each) than this are too coarse to call a run noisy:
+/// one tick of a short run is already a few percent.
+const NOISY_STEAL_TICKS: u64 = 3;
+
+/// Where the current sweep point began: its label, its first row, the host's CPU time then.
+struct PointStart {
+    label: String,
+    first_row: usize,
+    ticks: Option<HostTicks>,
+}
 
 /// The git revision the binary was built from (`unknown` outside a git checkout).
 pub(crate) const REVISION: &str = env!("JOINKIT_BENCH_REVISION");
@@ -193,8 +203,7 @@ pub(crate) struct Report {
     command: String,
     rows: Vec<(Row, String)>,
     point: Vec<(String, Value)>,
-    /// The current point's label, where its rows start, and the host's CPU time then.
-    point_start: (String, usize, Option<HostTicks>),
+    point_start: PointStart,
     device: String,
     notes: HashSet<String>,
     bar: ProgressBar,
@@ -222,7 +231,11 @@ impl Report {
             command,
             rows: Vec::new(),
             point: Vec::new(),
-            point_start: (String::new(), 0, None),
+            point_start: PointStart {
+                label: String::new(),
+                first_row: 0,
+                ticks: None,
+            },
             device: String::new(),
             notes: HashSet::new(),
             bar,
@@ -236,7 +249,11 @@ impl Report {
     pub(crate) fn start_point(&mut self, label: &str, point: Vec<(String, Value)>) {
         self.bar.set_message(label.to_string());
         self.point = point;
-        self.point_start = (label.to_string(), self.rows.len(), HostTicks::now());
+        self.point_start = PointStart {
+            label: label.to_string(),
+            first_row: self.rows.len(),
+            ticks: HostTicks::now(),
+        };
         self.show_bar_when_slow();
     }
 
@@ -259,29 +276,36 @@ impl Report {
         !self.rows.is_empty()
     }
 
-    /// Ends the current run. Its rows get the share of the host's CPU time stolen by the
-    /// hypervisor while it ran (JSON field `host steal %`, where the system counts it), and a
-    /// note says so from [`NOISY_STEAL_PERCENT`].
+    /// Ends the current run. Its rows get the host's steal time over the whole point (data
+    /// generation, warm-up and timed runs of every algorithm in it; JSON fields `host steal %`
+    /// of the busy CPU time and `host steal ticks`, where the system counts them), and a note
+    /// calls its timings noisy from [`NOISY_STEAL_PERCENT`] and [`NOISY_STEAL_TICKS`].
     pub(crate) fn end_point(&mut self) {
         self.bar.inc(1);
-        let (ref label, first, Some(start)) = self.point_start else {
+        let PointStart {
+            ref label,
+            first_row,
+            ticks: Some(start),
+        } = self.point_start
+        else {
             return;
         };
-        let Some(percent) = HostTicks::now().and_then(|end| start.steal_percent_until(&end)) else {
+        let Some(steal) = HostTicks::now().and_then(|end| start.steal_until(&end)) else {
             return;
         };
-        for (row, _) in &mut self.rows[first..] {
-            row.push("host steal %", Value::from(percent), false);
+        for (row, _) in &mut self.rows[first_row..] {
+            row.push("host steal %", Value::from(steal.percent), false);
+            row.push("host steal ticks", Value::from(steal.ticks), false);
         }
-        if percent >= NOISY_STEAL_PERCENT {
+        if steal.percent >= NOISY_STEAL_PERCENT && steal.ticks >= NOISY_STEAL_TICKS {
             let during = match label.as_str() {
                 "" => "this run".to_string(),
                 l => l.to_string(),
             };
             self.note(format!(
-                "host steal {percent:.1} % of the CPUs' time during {during}: the hypervisor \
-                 ran other guests, so its timings are noisy (a parallel join waits for its \
-                 slowest thread)"
+                "host steal {:.1} % of the busy CPU time during {during}: the hypervisor ran \
+                 other work on these CPUs, so its host-side timings are noisy",
+                steal.percent
             ));
         }
     }

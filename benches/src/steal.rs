@@ -1,32 +1,51 @@
-//! The host's steal time: CPU time the hypervisor gave to other guests while this one had work
-//! (Linux `/proc/stat`). On a shared virtual machine it slowed some processes of the same CPU
-//! join by up to 1.35× (docs/results/joins.md): a parallel join waits for its slowest thread,
-//! so a small share of stolen time can cost it much more than that share. Every sweep point
-//! records it, so that a noisy measurement can be told from slow code.
+//! The host's steal time: CPU time the hypervisor spent elsewhere (other guests, its own work)
+//! while this guest had work to run (Linux `/proc/stat`). On a shared virtual machine it
+//! slowed some processes of the same CPU join by up to 1.35× (docs/results/joins.md): a
+//! parallel join waits for its slowest thread, so a small share of stolen time can cost it
+//! much more than that share. Every sweep point records it, so that a noisy measurement can be
+//! told from slow code.
 
-use std::fs;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
 
-/// The host's CPU time counters since boot, in ticks summed over its CPUs.
+/// The host's CPU time counters since boot, in ticks (10 ms of one CPU) summed over its CPUs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct HostTicks {
     /// Time stolen by the hypervisor.
     steal: u64,
-    /// Every kind of time counted (user, nice, system, idle, iowait, irq, softirq, steal).
-    total: u64,
+    /// Time the CPUs had work: every kind counted but idle and iowait (user, nice, system,
+    /// irq, softirq, steal). Idle CPUs lose nothing to steal, so they do not dilute the share.
+    busy: u64,
+}
+
+/// Steal over one stretch of time: its ticks and its share of the busy ticks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Steal {
+    pub(crate) ticks: u64,
+    pub(crate) busy_ticks: u64,
+    pub(crate) percent: f64,
 }
 
 impl HostTicks {
     /// The counters now, where the system has them (Linux; not in every container).
     pub(crate) fn now() -> Option<HostTicks> {
-        parse(&fs::read_to_string("/proc/stat").ok()?)
+        let mut line = String::new();
+        BufReader::new(File::open("/proc/stat").ok()?)
+            .read_line(&mut line)
+            .ok()?;
+        parse(&line)
     }
 
-    /// The share of the CPUs' time stolen between `self` and `later`, in percent; `None` where
-    /// no time was counted.
-    pub(crate) fn steal_percent_until(&self, later: &HostTicks) -> Option<f64> {
-        let total = later.total.checked_sub(self.total)?;
-        let steal = later.steal.checked_sub(self.steal)?;
-        (total > 0).then(|| 100.0 * steal as f64 / total as f64)
+    /// The steal between `self` and `later`; `None` where no busy time was counted or a
+    /// counter went backwards.
+    pub(crate) fn steal_until(&self, later: &HostTicks) -> Option<Steal> {
+        let busy_ticks = later.busy.checked_sub(self.busy)?;
+        let ticks = later.steal.checked_sub(self.steal)?;
+        (busy_ticks > 0).then(|| Steal {
+            ticks,
+            busy_ticks,
+            percent: 100.0 * ticks as f64 / busy_ticks as f64,
+        })
     }
 }
 
@@ -43,15 +62,18 @@ fn parse(stat: &str) -> Option<HostTicks> {
         .map(str::parse)
         .collect::<Result<_, _>>()
         .ok()?;
-    (ticks.len() == 8).then(|| HostTicks {
-        steal: ticks[7],
-        total: ticks.iter().sum(),
+    let &[user, nice, system, _idle, _iowait, irq, softirq, steal] = &ticks[..] else {
+        return None;
+    };
+    Some(HostTicks {
+        steal,
+        busy: user + nice + system + irq + softirq + steal,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{HostTicks, parse};
+    use super::{HostTicks, Steal, parse};
 
     #[test]
     fn reads_the_first_line_of_proc_stat() {
@@ -61,15 +83,28 @@ mod tests {
             t,
             HostTicks {
                 steal: 30,
-                total: 1000
+                busy: 190
             }
         );
+        // 10 ticks stolen of 400 busy; the 600 idle ticks between do not count.
         let later = HostTicks {
             steal: 40,
-            total: 1400,
+            busy: 590,
         };
-        assert_eq!(t.steal_percent_until(&later), Some(2.5));
-        assert_eq!(t.steal_percent_until(&t), None);
+        assert_eq!(
+            t.steal_until(&later),
+            Some(Steal {
+                ticks: 10,
+                busy_ticks: 400,
+                percent: 2.5
+            })
+        );
+        assert_eq!(t.steal_until(&t), None);
+        let earlier = HostTicks {
+            steal: 20,
+            busy: 100,
+        };
+        assert_eq!(t.steal_until(&earlier), None);
     }
 
     #[test]
