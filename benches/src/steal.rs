@@ -22,7 +22,6 @@ pub(crate) struct HostTicks {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Steal {
     pub(crate) ticks: u64,
-    pub(crate) busy_ticks: u64,
     pub(crate) percent: f64,
 }
 
@@ -43,7 +42,6 @@ impl HostTicks {
         let ticks = later.steal.checked_sub(self.steal)?;
         (busy_ticks > 0).then(|| Steal {
             ticks,
-            busy_ticks,
             percent: 100.0 * ticks as f64 / busy_ticks as f64,
         })
     }
@@ -95,7 +93,6 @@ mod tests {
             t.steal_until(&later),
             Some(Steal {
                 ticks: 10,
-                busy_ticks: 400,
                 percent: 2.5
             })
         );

@@ -19,7 +19,8 @@ pub struct DistributedStats {
     pub heavy_keys: usize,
     /// This rank's phases in order with their times in milliseconds (the backend's timing:
     /// CUDA events around the work queued on the stream, or the wall clock): `narrow` (8-byte
-    /// keys to their low 32 bits where every rank's keys allow it), `plan` (size exchange, heavy-key sample, compression decisions),
+    /// keys to their low 32 bits where every rank's keys allow it), `plan` (size exchange,
+    /// heavy-key sample, compression decisions),
     /// `partition` (hash partition by destination, heavy rows split off), `shuffle` (counts,
     /// then rows; for a replicated side, the all-gather), `local join`, or for a pipelined
     /// probe side `pipelined probe` (its wall time, chunk shuffles and probes overlapped),
